@@ -1,0 +1,182 @@
+"""The NVML collector: every GPU's gauges and counters, tiered by measured cost, and XIDs from NVML events.
+
+Reads come from an injected GpuSource (live NVML, or the fake fed by a recording). A read the GPU does not
+support is learned once per GPU and not asked again. A lost GPU (GPU_IS_LOST / RESET_REQUIRED) is reported once
+as an event and skipped until it answers again. Without NVML the collector stays down and retries every minute.
+"""
+
+from __future__ import annotations
+
+import time
+
+from fleettool.collectors.base import Collected
+from fleettool.model import Event, EventKind, GpuInfo, Sample, normalize_pci_bus_id
+from fleettool.sources.base import (
+    READS,
+    GpuLost,
+    GpuSource,
+    NotSupported,
+    SourceError,
+    SourceUnavailable,
+    Tier,
+)
+
+DEFAULT_TIER_S = {Tier.FAST: 1.0, Tier.MEDIUM: 10.0, Tier.DEAR: 60.0, Tier.STATIC: 600.0}
+RETRY_OPEN_S = 60.0
+
+
+class NvmlCollector:
+    id = "nvml"
+
+    def __init__(
+        self,
+        source: GpuSource,
+        node: str,
+        *,
+        interval_s: float = 1.0,
+        tier_s: dict[Tier, float] | None = None,
+        expected_gpus: int | None = None,
+    ) -> None:
+        self.source = source
+        self.node = node
+        self.tier_s = dict(tier_s or DEFAULT_TIER_S)
+        self.tier_s[Tier.FAST] = interval_s
+        self.expected_gpus = expected_gpus
+        self._reason: str | None = None
+        self._open = False
+        self._last_open_try = -1e18
+        self._last_tier: dict[Tier, float] = {}
+        self.unsupported: set[tuple[int, str]] = set()
+        self._lost: set[int] = set()
+        self._failing: dict[tuple[int, str], str] = {}
+        self._devices: dict[int, GpuInfo] = {}
+        self._driver: str | None = None
+        self._count = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+    @property
+    def reason(self) -> str | None:
+        return self._reason
+
+    def inflight(self) -> str | None:
+        return self.source.inflight
+
+    def start(self) -> bool:
+        self._last_open_try = time.monotonic()
+        try:
+            self.source.open()
+        except SourceUnavailable as e:
+            self._reason = str(e)
+            self._open = False
+            return False
+        self._open = True
+        self._reason = None
+        self._last_tier = {}
+        self._inventory()
+        return True
+
+    def close(self) -> None:
+        if self._open:
+            self.source.close()
+        self._open = False
+
+    def _inventory(self) -> None:
+        try:
+            self._driver = self.source.driver_version()
+        except SourceError:
+            self._driver = None
+        self._count = self.source.device_count()
+        for i in range(self._count):
+            try:
+                d = self.source.device_info(i)
+            except GpuLost:
+                self._lost.add(i)
+                continue
+            except SourceError:
+                continue
+            self._devices[i] = GpuInfo(
+                self.node, i, d.uuid, normalize_pci_bus_id(d.pci_bus_id), d.name, self._driver, d.serial
+            )
+
+    # -- collection ---------------------------------------------------------------------------------------
+    def _due(self, now: float) -> list[Tier]:
+        due = []
+        for tier, every in self.tier_s.items():
+            last = self._last_tier.get(tier)
+            if last is None or now - last >= every - 1e-3:
+                due.append(tier)
+                self._last_tier[tier] = now
+        return due
+
+    def collect(self, now: float) -> Collected:
+        out = Collected()
+        if not self._open:
+            if time.monotonic() - self._last_open_try >= RETRY_OPEN_S and self.start():
+                out.events.append(Event(now, self.node, EventKind.AGENT.value, "NVML is available again", source="nvml"))
+            else:
+                return out
+        due = self._due(now)
+        if Tier.MEDIUM in due or Tier.STATIC in due:
+            out.gpus = list(self._devices.values())
+            try:
+                count = self.source.device_count()
+            except SourceError as e:
+                count = 0
+                out.errors += 1
+                out.events.append(Event(now, self.node, EventKind.NVML_ERROR.value, f"nvmlDeviceGetCount: {e}", source="nvml"))
+            out.samples.append(Sample(now, self.node, None, None, "gpu_count", float(count)))
+            if self.expected_gpus is not None:
+                out.samples.append(Sample(now, self.node, None, None, "gpu_count_expected", float(self.expected_gpus)))
+        reads = [name for name, (tier, _) in READS.items() if tier in due]
+        for i in range(self._count):
+            dev = self._devices.get(i)
+            uuid = dev.uuid if dev else None
+            for what in reads:
+                if (i, what) in self.unsupported:
+                    continue
+                try:
+                    rows = self.source.read(i, what, now)
+                except NotSupported:
+                    self.unsupported.add((i, what))
+                    continue
+                except GpuLost as e:
+                    if i not in self._lost:
+                        self._lost.add(i)
+                        out.events.append(self._event(now, i, EventKind.NVML_ERROR, f"GPU is lost: {e}", code=15))
+                    out.errors += 1
+                    break
+                except SourceError as e:
+                    out.errors += 1
+                    key = (i, what)
+                    if self._failing.get(key) != str(e):
+                        self._failing[key] = str(e)
+                        out.events.append(self._event(now, i, EventKind.NVML_ERROR, str(e)))
+                    continue
+                if i in self._lost:
+                    self._lost.discard(i)
+                    out.events.append(self._event(now, i, EventKind.AGENT, "GPU answers NVML again"))
+                self._failing.pop((i, what), None)
+                for metric, sub, value in rows:
+                    out.samples.append(Sample(now, self.node, i, uuid, metric, value, sub))
+        try:
+            for x in self.source.poll_xids(now):
+                msg = f"Xid {x.code} reported through NVML events"
+                out.events.append(self._event(x.ts, x.index if x.index >= 0 else None, EventKind.XID, msg, code=x.code))
+        except SourceError as e:
+            out.errors += 1
+            out.events.append(Event(now, self.node, EventKind.NVML_ERROR.value, f"event wait: {e}", source="nvml"))
+        return out
+
+    def _event(self, ts: float, gpu: int | None, kind: EventKind, msg: str, code: int | None = None) -> Event:
+        dev = self._devices.get(gpu) if gpu is not None else None
+        return Event(
+            ts,
+            self.node,
+            kind.value,
+            msg,
+            gpu=gpu,
+            uuid=dev.uuid if dev else None,
+            pci_bus_id=dev.pci_bus_id if dev else None,
+            code=code,
+            source="nvml",
+        )

@@ -1,0 +1,3 @@
+from fleettool.cli import main
+
+main()

@@ -1,0 +1,260 @@
+"""The agent's collection loop.
+
+Each tick: run every collector under its watchdog, add health samples, keep the latest value of each series
+for /metrics, and append rows to an in-memory buffer. Every `flush_s` the buffer goes to the store in one
+Arrow batch (the file is opened only for the flush, so readers can open it between flushes). A flush that
+cannot get the file (locked, disk full) keeps the buffer and tries again; past `max_buffer_rows` the oldest
+rows are dropped and counted. SIGTERM/SIGINT stop the loop after a final flush.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleettool.agent.watchdog import CollectorRunner
+from fleettool.collectors.base import Collected, Collector
+from fleettool.model import Event, EventKind, GpuInfo, Sample
+from fleettool.store import Store, StoreError
+
+
+@dataclass
+class AgentConfig:
+    db: Path | None
+    node: str
+    interval_s: float = 1.0
+    flush_s: float = 30.0
+    watchdog_s: float = 5.0
+    raw_keep_s: float = 7 * 86400.0
+    rollup_keep_s: float = 400 * 86400.0
+    retention_every_s: float = 3600.0
+    max_buffer_rows: int = 2_000_000
+    health_every_s: float = 10.0
+    duration_s: float | None = None
+    quiet: bool = False
+
+
+@dataclass
+class AgentStats:
+    ticks: int = 0
+    flushed_rows: int = 0
+    flushes: int = 0
+    flush_failures: int = 0
+    dropped_rows: int = 0
+    last_flush_error: str | None = None
+
+
+@dataclass
+class Buffer:
+    samples: list[Sample] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    gpus: dict[tuple[str, int | None, str | None], GpuInfo] = field(default_factory=dict)
+
+    def rows(self) -> int:
+        return len(self.samples) + len(self.events)
+
+
+class Agent:
+    def __init__(
+        self,
+        cfg: AgentConfig,
+        collectors: list[Collector],
+        sink: Callable[[Collected], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = cfg
+        self.collectors = collectors
+        self.runners = {c.id: CollectorRunner(c, cfg.watchdog_s) for c in collectors}
+        self.sink = sink
+        self.clock = clock
+        self.buf = Buffer()
+        self.stats = AgentStats()
+        self.latest: dict[tuple[str, int | None, str | None, str], float] = {}
+        self.event_counts: dict[tuple[str, int | None], int] = {}
+        self._stop = threading.Event()
+        self._health: dict[str, tuple[float, float]] = {}  # collector -> (up, hung)
+        self._last_health = -1e18
+        self._last_retention = -1e18
+        self._available: dict[str, bool] = {}
+        self._started = False
+
+    # -- control ------------------------------------------------------------------------------------------
+    def stop(self, *_: object) -> None:
+        self._stop.set()
+
+    def install_signals(self) -> None:
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+
+    def log(self, msg: str) -> None:
+        if not self.cfg.quiet:
+            print(f"fleettool agent: {msg}", file=sys.stderr, flush=True)
+
+    # -- loop ---------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        now = self.clock()
+        for c in self.collectors:
+            ok = c.start()
+            self._available[c.id] = ok
+            if not ok:
+                msg = f"collector {c.id} unavailable: {c.reason}"
+                self.log(msg + " (will retry)")
+                self._add(Collected(events=[Event(now, self.cfg.node, EventKind.AGENT.value, msg, source=c.id)]))
+
+    def run(self) -> AgentStats:
+        self.start()
+        t_end = None if self.cfg.duration_s is None else time.monotonic() + self.cfg.duration_s
+        next_tick = time.monotonic()
+        last_flush = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                self.tick()
+                if time.monotonic() - last_flush >= self.cfg.flush_s:
+                    self.flush()
+                    last_flush = time.monotonic()
+                if t_end is not None and time.monotonic() >= t_end:
+                    break
+                next_tick += self.cfg.interval_s
+                delay = next_tick - time.monotonic()
+                if delay < 0:  # fell behind (a slow flush): skip missed ticks rather than burst
+                    next_tick = time.monotonic()
+                    delay = 0
+                self._stop.wait(delay)
+        finally:
+            self.flush(final=True)
+            for r in self.runners.values():
+                r.close()
+            for c in self.collectors:
+                try:
+                    c.close()
+                except Exception:  # closing a broken driver must not mask the flush
+                    pass
+        return self.stats
+
+    def tick(self) -> None:
+        now = self.clock()
+        self.stats.ticks += 1
+        health_due = now - self._last_health >= self.cfg.health_every_s
+        for cid, runner in self.runners.items():
+            res = runner.run(now)
+            up, hung = 1.0, 0.0
+            if res.status in ("ok", "recovered"):
+                if res.collected is not None:
+                    self._add(res.collected)
+                    if res.collected.errors:
+                        up = 0.0
+                if res.status == "recovered":
+                    self._event(now, f"collector {cid} returned after hanging {res.duration_s:.1f}s", cid)
+                avail = getattr(runner.collector, "reason", None) is None
+                if not avail:
+                    up = 0.0
+            elif res.status == "hung":
+                up, hung = 0.0, 1.0
+                self._event(now, f"collector {cid} hung for more than {self.cfg.watchdog_s:g}s in {res.detail}", cid)
+                self.log(f"collector {cid} hung in {res.detail}")
+            elif res.status == "still-hung":
+                up, hung = 0.0, 1.0
+            else:
+                up = 0.0
+                self._event(now, f"collector {cid} failed: {res.detail}", cid)
+            prev = self._health.get(cid)
+            self._health[cid] = (up, hung)
+            if health_due or prev != (up, hung):
+                sub = f"collector={cid}"
+                n = self.cfg.node
+                rows = [
+                    Sample(now, n, None, None, "agent_collector_up", up, sub),
+                    Sample(now, n, None, None, "agent_collector_hung", hung, sub),
+                    Sample(now, n, None, None, "agent_collector_duration_s", round(res.duration_s, 6), sub),
+                ]
+                if cid == "nvml":
+                    rows.append(Sample(now, n, None, None, "agent_nvml_available", 0.0 if runner.collector.reason else 1.0))
+                self._add(Collected(samples=rows))
+        if health_due:
+            self._last_health = now
+            n = self.cfg.node
+            self._add(
+                Collected(
+                    samples=[
+                        Sample(now, n, None, None, "agent_buffer_rows", float(self.buf.rows())),
+                        Sample(now, n, None, None, "agent_flush_failures_total", float(self.stats.flush_failures)),
+                        Sample(now, n, None, None, "agent_dropped_rows_total", float(self.stats.dropped_rows)),
+                    ]
+                )
+            )
+
+    def _event(self, now: float, msg: str, source: str) -> None:
+        self._add(Collected(events=[Event(now, self.cfg.node, EventKind.AGENT.value, msg, source=source)]))
+
+    def _add(self, c: Collected) -> None:
+        for s in c.samples:
+            self.latest[(s.metric, s.gpu, s.uuid, s.sub)] = s.value
+        for e in c.events:
+            key = (e.kind, e.code)
+            self.event_counts[key] = self.event_counts.get(key, 0) + 1
+        if self.sink is not None:
+            self.sink(c)
+        if self.cfg.db is None:
+            return
+        self.buf.samples.extend(c.samples)
+        self.buf.events.extend(c.events)
+        for g in c.gpus:
+            self.buf.gpus[(g.node, g.gpu, g.uuid)] = g
+        over = self.buf.rows() - self.cfg.max_buffer_rows
+        if over > 0:
+            drop = min(over, len(self.buf.samples))
+            del self.buf.samples[:drop]
+            self.stats.dropped_rows += drop
+
+    # -- store --------------------------------------------------------------------------------------------
+    def flush(self, final: bool = False) -> bool:
+        if self.cfg.db is None or (not self.buf.rows() and not self.buf.gpus):
+            return True
+        now = self.clock()
+        try:
+            # the schema is created on the first flush only: a later open just checks its version
+            store = Store(self.cfg.db, wait_s=5.0 if final else 0.2, migrate=self.stats.flushes == 0)
+        except StoreError as e:
+            self._flush_failed(e)
+            return False
+        try:
+            store.begin()
+            n = store.write_samples(self.buf.samples)
+            n += store.write_events(self.buf.events)
+            store.upsert_gpus(self.buf.gpus.values(), now)
+            store.commit()
+            if now - self._last_retention >= self.cfg.retention_every_s:
+                store.apply_retention(now, self.cfg.raw_keep_s, self.cfg.rollup_keep_s)
+                self._last_retention = now
+        except Exception as e:  # disk full, I/O error: keep the buffer, try again next time
+            try:
+                store.rollback()
+            except Exception:
+                pass
+            store.close()
+            self._flush_failed(e)
+            return False
+        store.close()
+        self.stats.flushes += 1
+        self.stats.flushed_rows += n
+        self.buf = Buffer()
+        if self.stats.last_flush_error is not None:
+            self.log("store writable again")
+            self.stats.last_flush_error = None
+        return True
+
+    def _flush_failed(self, e: Exception) -> None:
+        self.stats.flush_failures += 1
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if msg != self.stats.last_flush_error:
+            self.log(f"flush failed, keeping {self.buf.rows()} rows in memory: {msg}")
+            self.buf.events.append(Event(self.clock(), self.cfg.node, EventKind.AGENT.value, f"flush failed: {msg}", source="agent"))
+        self.stats.last_flush_error = msg

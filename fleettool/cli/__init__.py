@@ -1,0 +1,26 @@
+"""The `fleettool` command. Importing this module must stay cheap: no duckdb, pynvml, textual or torch
+at import time (a test guards it); each command imports what it needs when it runs."""
+
+from __future__ import annotations
+
+import typer
+
+from fleettool.cli import agent_cmd, query_cmd, replay_cmd
+from fleettool.cli.exit_codes import EPILOG
+
+app = typer.Typer(
+    name="fleettool",
+    help="Fleet telemetry and incident triage for NVIDIA GPU clusters.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+agent_cmd.register(app)
+replay_cmd.register(app)
+query_cmd.register(app)
+
+
+def main() -> None:
+    app()

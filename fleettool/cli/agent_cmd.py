@@ -1,0 +1,146 @@
+"""`fleettool agent` (the collection loop) and `fleettool record` (the same loop, written as a recording)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fleettool.cli.common import DEFAULT_DB, hostname, parse_duration
+
+SourceOpt = Annotated[str, typer.Option("--source", help="nvml (live), or fake (recorded H200 data, no GPU needed)")]
+GpusOpt = Annotated[int, typer.Option("--gpus", help="GPUs the fake source pretends to have")]
+InjectOpt = Annotated[
+    list[str] | None,
+    typer.Option("--inject", help="fault for the fake source, e.g. xid:79@gpu=3, thermal@gpu=1,after=30 (repeatable)"),
+]
+
+
+def _build(
+    node: str, source: str, gpus: int, inject: list[str] | None, recording: Path | None, fake_costs: bool,
+    interval: float, expect_gpus: int | None,
+) -> list:  # type: ignore[type-arg]
+    from fleettool.collectors.nvml import NvmlCollector
+    from fleettool.sources.base import GpuSource
+
+    src: GpuSource
+    if source == "nvml":
+        if inject:
+            raise typer.BadParameter("--inject needs --source fake", param_hint="--inject")
+        from fleettool.sources.nvml import NvmlSource
+
+        src = NvmlSource()
+    elif source == "fake":
+        from fleettool.sources.fake import FakeSource, parse_injection
+
+        try:
+            faults = [parse_injection(s) for s in inject or []]
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--inject") from None
+        src = FakeSource(gpus=gpus, recording=recording, inject=faults, costs=fake_costs)
+    else:
+        raise typer.BadParameter(f"unknown source {source!r} (nvml, fake)", param_hint="--source")
+    return [NvmlCollector(src, node, interval_s=interval, expected_gpus=expect_gpus)]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def agent(
+        db: Annotated[Path, typer.Option(help="DuckDB file the agent writes")] = DEFAULT_DB,
+        node: Annotated[str, typer.Option(help="node name (default: this host)")] = "",
+        interval: Annotated[str, typer.Option(help="sampling interval of the cheap gauges")] = "1s",
+        flush: Annotated[str, typer.Option(help="how often buffered rows go to the database")] = "30s",
+        watchdog: Annotated[str, typer.Option(help="a collection slower than this marks the collector hung")] = "5s",
+        source: SourceOpt = "nvml",
+        gpus: GpusOpt = 8,
+        inject: InjectOpt = None,
+        recording: Annotated[Path | None, typer.Option(help="recording the fake source plays")] = None,
+        fake_costs: Annotated[bool, typer.Option(help="fake source spins for the measured H200 cost of each call")] = False,
+        no_collector: Annotated[list[str] | None, typer.Option("--no-collector", help="disable a collector by id (repeatable)")] = None,
+        expect_gpus: Annotated[int | None, typer.Option(help="GPUs this node should have")] = None,
+        raw_retention: Annotated[str, typer.Option(help="keep raw samples this long, then 1-minute rollups")] = "7d",
+        rollup_retention: Annotated[str, typer.Option(help="keep 1-minute rollups this long")] = "400d",
+        metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus /metrics on this port")] = None,
+        metrics_addr: Annotated[str, typer.Option(help="address for /metrics")] = "0.0.0.0",
+        duration: Annotated[str | None, typer.Option(help="stop after this long (default: run until SIGTERM)")] = None,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    ) -> None:
+        """Collect telemetry into the database until SIGTERM (which flushes first).
+
+        Without a GPU or driver the agent keeps running and says so in its health samples
+        (agent_nvml_available=0, agent_collector_up{collector=nvml}=0).
+
+        Example: fleettool agent --db /var/lib/fleettool/fleet.duckdb --metrics-port 9402
+        """
+        from fleettool.agent.loop import Agent, AgentConfig
+
+        name = node or hostname()
+        ivl = parse_duration(interval)
+        collectors = _build(name, source, gpus, inject, recording, fake_costs, ivl, expect_gpus)
+        off = set(no_collector or [])
+        collectors = [c for c in collectors if c.id not in off]
+        cfg = AgentConfig(
+            db=db,
+            node=name,
+            interval_s=ivl,
+            flush_s=parse_duration(flush),
+            watchdog_s=parse_duration(watchdog),
+            raw_keep_s=parse_duration(raw_retention),
+            rollup_keep_s=parse_duration(rollup_retention),
+            duration_s=parse_duration(duration) if duration else None,
+            quiet=quiet,
+        )
+        ag = Agent(cfg, collectors)
+        ag.install_signals()
+        if metrics_port is not None:
+            from fleettool.export.metrics_server import AgentMetrics, serve
+
+            serve(metrics_port, metrics_addr, AgentMetrics(name, lambda: dict(ag.latest), lambda: dict(ag.event_counts)))
+        stats = ag.run()
+        if not quiet:
+            print(
+                f"fleettool agent: stopped after {stats.ticks} ticks; {stats.flushed_rows} rows in {stats.flushes} flushes, "
+                f"{stats.flush_failures} failed flushes, {stats.dropped_rows} rows dropped",
+                file=sys.stderr,
+            )
+
+    @app.command()
+    def record(
+        out: Annotated[Path, typer.Option(help="directory to write the recording into")],
+        duration: Annotated[str, typer.Option(help="how long to record")] = "60s",
+        node: Annotated[str, typer.Option(help="node name (default: this host)")] = "",
+        interval: Annotated[str, typer.Option(help="sampling interval of the cheap gauges")] = "1s",
+        source: SourceOpt = "nvml",
+        gpus: GpusOpt = 1,
+        inject: InjectOpt = None,
+        recording: Annotated[Path | None, typer.Option(help="recording the fake source plays")] = None,
+        all_tiers_every: Annotated[str | None, typer.Option(help="sample every tier this often (default: tiered by cost)")] = None,
+    ) -> None:
+        """Record telemetry as a recording directory: nvml.om.gz (OpenMetrics with timestamps) and
+        kernel.log (events as kernel-log lines). Replays with `fleettool replay DIR`.
+
+        Example: fleettool record --out fixtures/h200-gemm --duration 60s
+        """
+        from fleettool.agent.loop import Agent, AgentConfig
+        from fleettool.recording.writer import RecordingWriter
+        from fleettool.sources.base import Tier
+
+        name = node or hostname()
+        ivl = parse_duration(interval)
+        collectors = _build(name, source, gpus, inject, recording, False, ivl, None)
+        if all_tiers_every:
+            every = parse_duration(all_tiers_every)
+            for c in collectors:
+                c.tier_s = {Tier.FAST: ivl, Tier.MEDIUM: every, Tier.DEAR: every, Tier.STATIC: every}
+        writer = RecordingWriter(out, name)
+        cfg = AgentConfig(db=None, node=name, interval_s=ivl, duration_s=parse_duration(duration), quiet=False)
+        ag = Agent(cfg, collectors, sink=writer.add)
+        ag.install_signals()
+        stats = ag.run()
+        paths = writer.write()
+        n = sum(len(v) for v in writer.series.values())
+        print(f"recorded {n} samples and {len(writer.events)} events in {stats.ticks} ticks:")
+        for p in paths:
+            print(f"  {p}")

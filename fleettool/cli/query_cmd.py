@@ -1,0 +1,131 @@
+"""Read commands: `fleettool events`, `fleettool alerts`, `fleettool gpus`. stdout is data; --json everywhere.
+
+They open the database read-only for one query; while the agent flushes (milliseconds) they wait for it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fleettool.cli.common import DEFAULT_DB, open_store
+
+DbOpt = Annotated[Path, typer.Option(help="DuckDB file to read (opened read-only)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print a JSON array")]
+
+
+def _ts(v: Any) -> str | None:
+    if v is None:
+        return None
+    return v.strftime("%Y-%m-%dT%H:%M:%S") + (f".{v.microsecond // 1000:03d}" if v.microsecond else "") + "Z"
+
+
+def _print_table(rows: list[dict[str, Any]], cols: list[str]) -> None:
+    if not rows:
+        print("(none)")
+        return
+    width = {c: max(len(c), *(len(str(r.get(c) if r.get(c) is not None else "")) for r in rows)) for c in cols}
+    width = {c: min(w, 80) for c, w in width.items()}
+    print("  ".join(c.upper().ljust(width[c]) for c in cols))
+    for r in rows:
+        print("  ".join(str(r.get(c) if r.get(c) is not None else "")[: width[c]].ljust(width[c]) for c in cols))
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def events(
+        db: DbOpt = DEFAULT_DB,
+        json_out: JsonOpt = False,
+        node: Annotated[str | None, typer.Option(help="only this node")] = None,
+        kind: Annotated[str | None, typer.Option(help="only this kind (xid, sxid, fell-off-bus, nvml-error, agent)")] = None,
+        limit: Annotated[int, typer.Option(help="at most this many, newest first")] = 1000,
+    ) -> None:
+        """List events (XID lines, NVML errors, agent health changes), newest first.
+
+        Example: fleettool events --db fleet.duckdb --kind xid --json
+        """
+        where, params = [], []
+        if node:
+            where.append("node = ?")
+            params.append(node)
+        if kind:
+            where.append("kind = ?")
+            params.append(kind)
+        sql = "SELECT ts, node, gpu, uuid, pci_bus_id, kind, code, message, source FROM events"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY ts DESC NULLS LAST LIMIT ?"
+        params.append(limit)
+        with open_store(db, read_only=True) as store:
+            rows = store.query(sql, params)
+        out = [
+            {
+                "ts": _ts(r["ts"]),
+                "node": r["node"],
+                "gpu": r["gpu"],
+                "uuid": r["uuid"],
+                "pci_bus_id": r["pci_bus_id"],
+                "kind": r["kind"],
+                "code": r["code"],
+                "message": r["message"],
+                "source": r["source"],
+            }
+            for r in rows
+        ]
+        if json_out:
+            json.dump(out, sys.stdout, indent=1)
+            print()
+        else:
+            _print_table(out, ["ts", "node", "gpu", "kind", "code", "message"])
+
+    @app.command()
+    def alerts(
+        db: DbOpt = DEFAULT_DB,
+        json_out: JsonOpt = False,
+        state: Annotated[str | None, typer.Option(help="only alerts in this state (firing, pending, resolved)")] = None,
+    ) -> None:
+        """List alerts, worst and newest first.
+
+        Example: fleettool alerts --db fleet.duckdb --json
+        """
+        sql = (
+            "SELECT rule, category, severity, node, gpu, action, state, first_seen, last_seen, summary, runbook "
+            "FROM alerts"
+        )
+        params: list[Any] = []
+        if state:
+            sql += " WHERE state = ?"
+            params.append(state)
+        sql += (
+            " ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, last_seen DESC"
+        )
+        with open_store(db, read_only=True) as store:
+            rows = store.query(sql, params)
+        out = [dict(r, first_seen=_ts(r["first_seen"]), last_seen=_ts(r["last_seen"])) for r in rows]
+        if json_out:
+            json.dump(out, sys.stdout, indent=1)
+            print()
+        else:
+            _print_table(out, ["severity", "category", "node", "gpu", "action", "state", "last_seen", "summary"])
+
+    @app.command()
+    def gpus(db: DbOpt = DEFAULT_DB, json_out: JsonOpt = False) -> None:
+        """List the GPUs the store knows (node, index, UUID, PCI id, model, driver).
+
+        Example: fleettool gpus --db fleet.duckdb
+        """
+        with open_store(db, read_only=True) as store:
+            rows = store.query(
+                "SELECT node, gpu, uuid, pci_bus_id, model, driver, serial, first_seen, last_seen FROM gpus "
+                "ORDER BY node, gpu"
+            )
+        out = [dict(r, first_seen=_ts(r["first_seen"]), last_seen=_ts(r["last_seen"])) for r in rows]
+        if json_out:
+            json.dump(out, sys.stdout, indent=1)
+            print()
+        else:
+            _print_table(out, ["node", "gpu", "uuid", "pci_bus_id", "model", "driver"])

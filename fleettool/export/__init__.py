@@ -1,0 +1,1 @@
+"""Consumers' side: Prometheus /metrics."""

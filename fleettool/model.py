@@ -1,0 +1,130 @@
+"""Records and vocabularies shared by every layer (no I/O here).
+
+The field names follow DESIGN.md: a Sample is (ts, node, gpu, uuid, metric, value); an Event is one line of
+evidence (an XID line, an NVML error, an agent health change).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+
+class Category(str, enum.Enum):
+    XID = "xid"
+    ECC = "ecc"
+    ROW_REMAP = "row-remap"
+    THERMAL = "thermal"
+    POWER = "power"
+    NVLINK = "nvlink"
+    PCIE = "pcie"
+    STRAGGLER = "straggler"
+    GPU_LOST = "gpu-lost"
+    NCCL = "nccl"
+    BURNIN = "burnin"
+    AGENT = "agent"
+
+
+class Severity(str, enum.Enum):
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return ["info", "warning", "critical"].index(self.value)
+
+
+class Action(str, enum.Enum):
+    NONE = "none"
+    CHECK_WORKLOAD = "check-workload"
+    RESET_GPU = "reset-gpu"
+    REBOOT_NODE = "reboot-node"
+    INSPECT_HARDWARE = "inspect-hardware"
+
+    @property
+    def rank(self) -> int:
+        return ["none", "check-workload", "reset-gpu", "reboot-node", "inspect-hardware"].index(self.value)
+
+
+class EventKind(str, enum.Enum):
+    XID = "xid"
+    SXID = "sxid"
+    FELL_OFF_BUS = "fell-off-bus"
+    GSP_TIMEOUT = "gsp-timeout"
+    GPU_ANNOUNCE = "gpu-announce"
+    NVML_ERROR = "nvml-error"
+    NVML_EVENT = "nvml-event"
+    AGENT = "agent"
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    ts: float  # unix seconds, UTC
+    node: str
+    gpu: int | None
+    uuid: str | None
+    metric: str
+    value: float
+    sub: str = ""  # a sub-entity of the GPU: "link=3", "mig=1/0", "collector=nvml"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    ts: float | None
+    node: str
+    kind: str
+    message: str
+    gpu: int | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    code: int | None = None
+    raw: str = ""
+    source: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """One GPU as its node announced it (NVML, dcgm-exporter labels, or the driver's kernel lines)."""
+
+    node: str
+    gpu: int | None
+    uuid: str | None
+    pci_bus_id: str | None = None
+    model: str | None = None
+    driver: str | None = None
+    serial: str | None = None
+
+
+def rfc3339(ts: float | None) -> str | None:
+    """Unix seconds -> RFC 3339 in UTC with a Z suffix (millisecond precision when fractional)."""
+    if ts is None:
+        return None
+    dt = datetime.fromtimestamp(ts, tz=timezone.utc)
+    if dt.microsecond:
+        return dt.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return dt.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def normalize_pci_bus_id(raw: str) -> str:
+    """Any PCI id spelling -> dddd:bb:dd (lower case): '00000000:1A:00.0', '0000:1a:00', 'PCI:0000:1a:00'.
+
+    The kernel's XID lines name a GPU by domain:bus:device without the function, NVML and dcgm-exporter by an
+    8-digit domain with the function; the canonical key drops the function and pads the domain to 4 digits.
+    """
+    s = raw.strip().lower()
+    if s.startswith("pci:"):
+        s = s[4:]
+    parts = s.split(":")
+    if len(parts) == 2:  # bb:dd(.f) without domain
+        parts = ["0", *parts]
+    if len(parts) != 3:
+        return s
+    dom, bus, dev = parts
+    dev = dev.split(".")[0]
+    try:
+        return f"{int(dom, 16) & 0xFFFF:04x}:{int(bus, 16):02x}:{int(dev, 16):02x}"
+    except ValueError:
+        return s

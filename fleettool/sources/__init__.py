@@ -1,0 +1,1 @@
+"""Seams to the outside world. Only sources/nvml.py imports pynvml."""

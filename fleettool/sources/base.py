@@ -1,0 +1,142 @@
+"""What a GPU source offers the NVML collector: named reads that return canonical (metric, sub, value) rows.
+
+Three sources implement it: the live NVML (sources/nvml.py), and the fake (sources/fake.py), which plays a
+recording back as if it were NVML and can inject faults. The read names, their metrics and their sampling
+tier live here so that every source answers the same questions.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class SourceError(Exception):
+    """A read failed (the NVML error text is the message)."""
+
+
+class NotSupported(SourceError):
+    """The GPU or driver does not support this read; ask once per GPU, then stop asking."""
+
+
+class GpuLost(SourceError):
+    """NVML_ERROR_GPU_IS_LOST (after XID 79) or RESET_REQUIRED: the GPU no longer answers."""
+
+
+class SourceUnavailable(SourceError):
+    """No NVML library, no driver, or no permission: the source cannot start."""
+
+
+class Tier(enum.IntEnum):
+    """How often a read is made, chosen by its measured cost on an H200 (samples/h200-recording)."""
+
+    FAST = 0  # every interval (default 1 s): 1-20 us getters
+    MEDIUM = 1  # every 10 s: cheap counters that change rarely
+    DEAR = 2  # every 60 s: energy (~5 ms), violation status (~1 ms each), field-value batches (~7.6 ms/40)
+    STATIC = 3  # every 10 min: thresholds, maxima
+
+
+# read name -> (tier, metrics it yields). Order within a tier is the order of the calls.
+READS: dict[str, tuple[Tier, tuple[str, ...]]] = {
+    "temperature": (Tier.FAST, ("gpu_temp_c",)),
+    "power": (Tier.FAST, ("power_w",)),
+    "utilization": (Tier.FAST, ("gpu_util_pct", "mem_util_pct")),
+    "memory": (Tier.FAST, ("fb_used_bytes", "fb_total_bytes")),
+    "clocks": (Tier.FAST, ("sm_clock_mhz", "mem_clock_mhz")),
+    "clock_events": (Tier.FAST, ("clock_event_reasons",)),
+    "mem_temperature": (Tier.MEDIUM, ("mem_temp_c",)),
+    "power_limit": (Tier.MEDIUM, ("power_limit_w",)),
+    "ecc": (Tier.MEDIUM, ("ecc_mode", "ecc_sbe_volatile", "ecc_dbe_volatile", "ecc_sbe_aggregate", "ecc_dbe_aggregate")),
+    "remapped_rows": (
+        Tier.MEDIUM,
+        ("remap_correctable_rows", "remap_uncorrectable_rows", "remap_pending", "remap_failure"),
+    ),
+    "remap_histogram": (
+        Tier.MEDIUM,
+        ("remap_bank_max", "remap_bank_high", "remap_bank_partial", "remap_bank_low", "remap_bank_none"),
+    ),
+    "retired_pages": (Tier.MEDIUM, ("retired_pages_sbe", "retired_pages_dbe", "retired_pages_pending")),
+    "pcie_link": (Tier.MEDIUM, ("pcie_link_gen", "pcie_link_width")),
+    "persistence": (Tier.MEDIUM, ("persistence_mode", "pstate")),
+    "energy": (Tier.DEAR, ("energy_j",)),
+    "violations": (Tier.DEAR, ("violation_power_us", "violation_thermal_us")),
+    "pcie_counters": (
+        Tier.DEAR,
+        (
+            "pcie_replay_total",
+            "pcie_replay_rollover_total",
+            "pcie_l0_to_recovery_total",
+            "pcie_correctable_errors_total",
+            "pcie_nonfatal_errors_total",
+            "pcie_fatal_errors_total",
+            "recovery_action",
+        ),
+    ),
+    "nvlink": (
+        Tier.DEAR,
+        (
+            "nvlink_link_up",
+            "nvlink_replay_errors_total",
+            "nvlink_recovery_errors_total",
+            "nvlink_crc_flit_errors_total",
+            "nvlink_crc_data_errors_total",
+        ),
+    ),
+    "limits": (
+        Tier.STATIC,
+        (
+            "temp_slowdown_c",
+            "temp_shutdown_c",
+            "temp_gpu_max_c",
+            "temp_mem_max_c",
+            "sm_clock_max_mhz",
+            "mem_clock_max_mhz",
+            "pcie_link_gen_max",
+            "pcie_link_width_max",
+        ),
+    ),
+}
+
+Row = tuple[str, str, float]  # metric, sub, value
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    serial: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class XidNotice:
+    """An XID delivered by NVML's event API (nvmlEventTypeXidCriticalError; eventData is the XID)."""
+
+    index: int
+    code: int
+    ts: float
+
+
+class GpuSource(Protocol):
+    name: str
+
+    def open(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def driver_version(self) -> str | None: ...
+
+    def device_count(self) -> int: ...
+
+    def device_info(self, index: int) -> DeviceInfo: ...
+
+    def read(self, index: int, what: str, now: float) -> list[Row]: ...
+
+    def poll_xids(self, now: float) -> list[XidNotice]: ...
+
+    @property
+    def inflight(self) -> str | None:
+        """The call in progress, for the watchdog's report ('nvmlDeviceGetTotalEnergyConsumption(gpu 3)')."""
+        ...

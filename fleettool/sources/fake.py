@@ -1,0 +1,285 @@
+"""A fake GPU source fed by recorded real data, with fault injection and the measured cost of each call.
+
+It plays a recording (fleettool's OpenMetrics names, e.g. fixtures/h200-gemm) back in a loop as if NVML
+answered, for any number of GPUs, so the agent, the rules and the TUI can be exercised without a GPU and
+alerts can be drilled on healthy hardware (`fleettool agent --source fake --inject xid:79@gpu=3`).
+
+`costs=True` spins the CPU for as long as the same calls took on a real H200 (us_second in
+samples/h200-recording/nvml_report.json, driver 580.159.04), so agent overhead can be measured for 8 GPUs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleettool.sources.base import (
+    READS,
+    DeviceInfo,
+    GpuLost,
+    NotSupported,
+    Row,
+    SourceError,
+    SourceUnavailable,
+    XidNotice,
+)
+
+# Per-read cost in microseconds on an H200 (sum of the NVML calls each read makes; second-call figures).
+# A field-value batch costs about 7.6 ms for 40 fields (~190 us a field).
+READ_COST_US: dict[str, float] = {
+    "temperature": 3.8,
+    "power": 5.6,
+    "utilization": 3.3,
+    "memory": 7.9,
+    "clocks": 2.7 + 2.8,
+    "clock_events": 1.4,
+    "mem_temperature": 190.0,
+    "power_limit": 1.7,
+    "ecc": 163.0 + 7.6 + 2.2 + 2.4 + 1.8,
+    "remapped_rows": 3.3,
+    "remap_histogram": 1.7,
+    "retired_pages": 5.5 + 2.9,
+    "pcie_link": 2.8 + 29.5,
+    "persistence": 6.0 + 2.8,
+    "energy": 5420.0,
+    "violations": 1006.3 + 640.2,
+    "pcie_counters": 7 * 190.0,
+    "nvlink": 11.3,
+    "limits": 168.5 + 2.7 + 240.8 + 237.9 + 1362.5 + 1368.3 + 1.2 + 3.2,
+}
+
+
+@dataclass
+class Injection:
+    """One fault: kind, the GPU it hits (None = all), when it starts (seconds after the source opens)."""
+
+    kind: str
+    gpu: int | None = None
+    after_s: float = 0.0
+    code: int | None = None
+    read: str | None = None
+    fired: bool = field(default=False, compare=False)
+
+
+KINDS = {
+    "xid": "an XID through the event API (xid:79 loses the GPU)",
+    "thermal": "SW+HW thermal slowdown, 92 C, clocks down",
+    "power-brake": "HW slowdown + power brake (0x88), clocks down",
+    "dbe": "a double-bit ECC error with a pending row remap (XID 48 and 63)",
+    "remap-failure": "a failed row remap (XID 64)",
+    "pcie-width": "PCIe link trained at x8",
+    "nvlink-crc": "NVLink CRC flit errors at 500/s on link 0",
+    "lost": "the GPU stops answering (GPU_IS_LOST)",
+    "missing-gpu": "the node sees one GPU fewer",
+    "hang": "a read never returns (read=NAME, default energy)",
+    "error": "a read fails with an NVML error (read=NAME, default power)",
+}
+
+
+def parse_injection(spec: str) -> Injection:
+    """'xid:79@gpu=3,after=10' -> Injection. Raises ValueError with the accepted kinds."""
+    head, _, tail = spec.partition("@")
+    kind, _, code = head.partition(":")
+    kind = kind.strip()
+    if kind not in KINDS:
+        raise ValueError(f"unknown fault {kind!r}; known: {', '.join(sorted(KINDS))}")
+    inj = Injection(kind=kind, code=int(code) if code else None)
+    for part in filter(None, tail.split(",")):
+        k, _, v = part.partition("=")
+        k = k.strip()
+        if k == "gpu":
+            inj.gpu = int(v)
+        elif k == "after":
+            inj.after_s = float(v.rstrip("s"))
+        elif k == "read":
+            if v not in READS:
+                raise ValueError(f"unknown read {v!r}; known: {', '.join(READS)}")
+            inj.read = v
+        else:
+            raise ValueError(f"unknown option {k!r} in {spec!r} (gpu=, after=, read=)")
+    if kind == "xid" and inj.code is None:
+        raise ValueError("xid needs a code: xid:79")
+    return inj
+
+
+class Frames:
+    """A recorded GPU as (t_rel, {metric/sub: value}) frames; lookup by time modulo the recording's length."""
+
+    def __init__(self, times: list[float], frames: list[dict[tuple[str, str], float]]) -> None:
+        self.times = times
+        self.frames = frames
+        self.span = (times[-1] - times[0]) if len(times) > 1 else 1.0
+
+    def at(self, t_rel: float) -> dict[tuple[str, str], float]:
+        t = self.times[0] + (t_rel % max(self.span, 1e-9))
+        i = bisect.bisect_right(self.times, t) - 1
+        return self.frames[max(i, 0)]
+
+
+def load_frames(path: Path) -> tuple[Frames, dict[str, str]]:
+    """Read a fleettool OpenMetrics recording of one GPU into frames (carry-forward of slow metrics)."""
+    from fleettool.recording.reader import read_own_openmetrics
+
+    rows, info = read_own_openmetrics(path)
+    if not rows:
+        raise ValueError(f"{path}: no fleettool samples to play back")
+    by_t: dict[float, dict[tuple[str, str], float]] = {}
+    gpu0 = min(r[1] for r in rows if r[1] is not None)
+    for ts, gpu, metric, sub, value in rows:
+        if gpu != gpu0:
+            continue
+        by_t.setdefault(round(ts, 1), {})[(metric, sub)] = value
+    times = sorted(by_t)
+    frames = []
+    cur: dict[tuple[str, str], float] = {}
+    for t in times:
+        cur = {**cur, **by_t[t]}
+        frames.append(cur)
+    return Frames(times, frames), info
+
+
+DEFAULT_RECORDING = Path(__file__).resolve().parent.parent / "data" / "h200-gemm" / "nvml.om.gz"
+
+
+class FakeSource:
+    name = "fake"
+
+    def __init__(
+        self,
+        gpus: int = 8,
+        recording: Path | None = None,
+        inject: list[Injection] | None = None,
+        costs: bool = False,
+        clock: float | None = None,
+    ) -> None:
+        self.n = gpus
+        self.recording = recording or DEFAULT_RECORDING
+        self.inject = inject or []
+        self.costs = costs
+        self._t0 = clock
+        self._inflight: str | None = None
+        self._frames: Frames | None = None
+        self._info: dict[str, str] = {}
+        self._lost: set[int] = set()
+        self._extra: dict[tuple[int, str], float] = {}
+
+    @property
+    def inflight(self) -> str | None:
+        return self._inflight
+
+    def open(self) -> None:
+        try:
+            self._frames, self._info = load_frames(self.recording)
+        except (OSError, ValueError) as e:  # ParseError is a ValueError
+            raise SourceUnavailable(f"fake source cannot play {self.recording}: {e}") from e
+        if self._t0 is None:
+            self._t0 = time.time()
+
+    def close(self) -> None:
+        self._frames = None
+
+    def driver_version(self) -> str | None:
+        return self._info.get("driver", "580.159.04")
+
+    def _active(self, now: float, gpu: int | None = None) -> list[Injection]:
+        t = now - (self._t0 or now)
+        return [j for j in self.inject if t >= j.after_s and (j.gpu is None or gpu is None or j.gpu == gpu)]
+
+    def device_count(self) -> int:
+        missing = any(j.kind == "missing-gpu" for j in self._active(time.time()))
+        return self.n - 1 if missing else self.n
+
+    def device_info(self, index: int) -> DeviceInfo:
+        return DeviceInfo(
+            index,
+            f"GPU-fa4e0000-0000-4000-8000-{index:012x}",
+            self._info.get("model", "NVIDIA H200"),
+            f"00000000:{0x18 + index * 0x10:02X}:00.0",
+            f"16537240{index:05d}",
+        )
+
+    def _spin(self, what: str) -> None:
+        if not self.costs:
+            return
+        end = time.perf_counter() + READ_COST_US.get(what, 5.0) * 1e-6
+        while time.perf_counter() < end:
+            pass
+
+    def read(self, index: int, what: str, now: float) -> list[Row]:
+        assert self._frames is not None, "open() first"
+        label = f"{what}(gpu {index})"
+        self._inflight = label
+        try:
+            self._spin(what)
+            active = self._active(now, index)
+            for j in active:
+                if j.kind == "hang" and (j.read or "energy") == what:
+                    while True:  # a driver call that never returns; the watchdog must notice
+                        time.sleep(3600)
+                if j.kind == "error" and (j.read or "power") == what:
+                    raise SourceError(f"{label}: Unknown Error")
+                if j.kind == "lost" or (j.kind == "xid" and j.code == 79 and j.fired):
+                    raise GpuLost(f"{label}: GPU is lost")
+            frame = self._frames.at(now - (self._t0 or now))
+            metrics = READS[what][1]
+            rows: list[Row] = [(m, sub, v) for (m, sub), v in frame.items() if m in metrics]
+            if not rows:
+                raise NotSupported(f"{label}: Not Supported")
+            return self._apply(index, what, rows, active, now)
+        finally:
+            self._inflight = None
+
+    def _apply(self, index: int, what: str, rows: list[Row], active: list[Injection], now: float) -> list[Row]:
+        vals = {(m, s): v for m, s, v in rows}
+        for j in active:
+            k = j.kind
+            if k == "thermal":
+                if ("clock_event_reasons", "") in vals:
+                    vals[("clock_event_reasons", "")] = float(int(vals[("clock_event_reasons", "")]) | 0x60)
+                if ("gpu_temp_c", "") in vals:
+                    vals[("gpu_temp_c", "")] = 92.0
+                if ("sm_clock_mhz", "") in vals:
+                    vals[("sm_clock_mhz", "")] = 1005.0
+            elif k == "power-brake":
+                if ("clock_event_reasons", "") in vals:
+                    vals[("clock_event_reasons", "")] = float(int(vals[("clock_event_reasons", "")]) | 0x88)
+                if ("sm_clock_mhz", "") in vals:
+                    vals[("sm_clock_mhz", "")] = 690.0
+            elif k == "dbe":
+                for m, add in (("ecc_dbe_volatile", 1.0), ("ecc_dbe_aggregate", 1.0), ("remap_uncorrectable_rows", 1.0)):
+                    if (m, "") in vals:
+                        vals[(m, "")] += add
+                if ("remap_pending", "") in vals:
+                    vals[("remap_pending", "")] = 1.0
+            elif k == "remap-failure":
+                if ("remap_failure", "") in vals:
+                    vals[("remap_failure", "")] = 1.0
+            elif k == "pcie-width":
+                if ("pcie_link_width", "") in vals:
+                    vals[("pcie_link_width", "")] = 8.0
+            elif k == "nvlink-crc" and what == "nvlink":
+                t = now - (self._t0 or now) - j.after_s
+                vals[("nvlink_link_up", "link=0")] = 1.0
+                vals[("nvlink_crc_flit_errors_total", "link=0")] = float(int(500 * t))
+        return [(m, s, v) for (m, s), v in vals.items()]
+
+    def poll_xids(self, now: float) -> list[XidNotice]:
+        out = []
+        for j in self._active(now):
+            if j.fired:
+                continue
+            codes: list[int] = []
+            if j.kind == "xid" and j.code is not None:
+                codes = [j.code]
+            elif j.kind == "dbe":
+                codes = [48, 63]
+            elif j.kind == "remap-failure":
+                codes = [64]
+            if not codes and j.kind != "xid":
+                continue
+            j.fired = True
+            gpus = [j.gpu] if j.gpu is not None else list(range(self.n))
+            out.extend(XidNotice(g, c, now) for g in gpus for c in codes)
+        return out

@@ -1,0 +1,344 @@
+"""The live NVML source (nvidia-ml-py). The only module in fleettool that imports pynvml.
+
+Each read is one or a few NVML calls, converted to canonical units (mW -> W, mJ -> J, ns -> us). NVML errors
+become NotSupported, GpuLost or SourceError; a missing library or driver becomes SourceUnavailable.
+The call in flight is kept in `inflight` so the agent's watchdog can name a hung call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from fleettool.sources.base import DeviceInfo, GpuLost, NotSupported, Row, SourceError, SourceUnavailable, XidNotice
+
+# NVML return codes (nvml.h)
+_NOT_SUPPORTED = {3, 13}  # NOT_SUPPORTED, FUNCTION_NOT_FOUND
+_LOST = {15, 16}  # GPU_IS_LOST, RESET_REQUIRED
+_UNAVAILABLE = {9, 12, 4}  # DRIVER_NOT_LOADED, LIB_NOT_FOUND, NO_PERMISSION
+
+# field ids (pynvml / nvml.h)
+_FI_MEMORY_TEMP = 82
+_FI_PCIE = [
+    ("pcie_replay_total", 94),
+    ("pcie_replay_rollover_total", 95),
+    ("pcie_l0_to_recovery_total", 169),
+    ("pcie_correctable_errors_total", 173),
+    ("pcie_nonfatal_errors_total", 179),
+    ("pcie_fatal_errors_total", 180),
+    ("recovery_action", 230),
+]
+_XID_EVENT = 0x8
+
+
+class NvmlSource:
+    name = "nvml"
+
+    def __init__(self) -> None:
+        self._nv: Any = None
+        self._handles: dict[int, Any] = {}
+        self._events: Any = None
+        self._inflight: str | None = None
+
+    # -- plumbing -----------------------------------------------------------------------------------------
+    @property
+    def inflight(self) -> str | None:
+        return self._inflight
+
+    def _call(self, label: str, fn: Callable[..., Any], *args: Any) -> Any:
+        self._inflight = label
+        try:
+            return fn(*args)
+        except self._nv.NVMLError as e:
+            code = getattr(e, "value", None)
+            if code in _NOT_SUPPORTED:
+                raise NotSupported(f"{label}: {e}") from e
+            if code in _LOST:
+                raise GpuLost(f"{label}: {e}") from e
+            raise SourceError(f"{label}: {e}") from e
+        finally:
+            self._inflight = None
+
+    def _h(self, index: int) -> Any:
+        h = self._handles.get(index)
+        if h is None:
+            h = self._call(f"nvmlDeviceGetHandleByIndex({index})", self._nv.nvmlDeviceGetHandleByIndex, index)
+            self._handles[index] = h
+        return h
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+    def open(self) -> None:
+        try:
+            import pynvml
+        except ImportError as e:  # pragma: no cover - nvidia-ml-py is a core dependency
+            raise SourceUnavailable(f"nvidia-ml-py is not installed: {e}") from e
+        self._nv = pynvml
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as e:
+            raise SourceUnavailable(f"NVML could not start: {e}") from e
+        except OSError as e:
+            raise SourceUnavailable(f"NVML library could not load: {e}") from e
+        self._handles = {}
+        try:
+            self._events = pynvml.nvmlEventSetCreate()
+            for i in range(self.device_count()):
+                h = self._h(i)
+                try:
+                    mask = pynvml.nvmlDeviceGetSupportedEventTypes(h) & _XID_EVENT
+                    if mask:
+                        pynvml.nvmlDeviceRegisterEvents(h, mask, self._events)
+                except pynvml.NVMLError:
+                    continue
+        except pynvml.NVMLError:
+            self._events = None
+
+    def close(self) -> None:
+        if self._nv is None:
+            return
+        try:
+            if self._events is not None:
+                self._nv.nvmlEventSetFree(self._events)
+            self._nv.nvmlShutdown()
+        except self._nv.NVMLError:
+            pass
+        self._events = None
+        self._handles = {}
+
+    # -- inventory ----------------------------------------------------------------------------------------
+    def driver_version(self) -> str | None:
+        v = self._call("nvmlSystemGetDriverVersion", self._nv.nvmlSystemGetDriverVersion)
+        return v.decode() if isinstance(v, bytes) else str(v)
+
+    def device_count(self) -> int:
+        return int(self._call("nvmlDeviceGetCount", self._nv.nvmlDeviceGetCount))
+
+    def device_info(self, index: int) -> DeviceInfo:
+        nv = self._nv
+        h = self._h(index)
+
+        def s(x: Any) -> str:
+            return x.decode() if isinstance(x, bytes) else str(x)
+
+        uuid = s(self._call(f"nvmlDeviceGetUUID(gpu {index})", nv.nvmlDeviceGetUUID, h))
+        name = s(self._call(f"nvmlDeviceGetName(gpu {index})", nv.nvmlDeviceGetName, h))
+        pci = self._call(f"nvmlDeviceGetPciInfo(gpu {index})", nv.nvmlDeviceGetPciInfo, h)
+        try:
+            serial: str | None = s(self._call(f"nvmlDeviceGetSerial(gpu {index})", nv.nvmlDeviceGetSerial, h))
+        except SourceError:
+            serial = None
+        return DeviceInfo(index, uuid, name, s(pci.busId), serial)
+
+    # -- reads --------------------------------------------------------------------------------------------
+    def read(self, index: int, what: str, now: float) -> list[Row]:
+        fn = getattr(self, f"_read_{what}")
+        return fn(index, self._h(index))  # type: ignore[no-any-return]
+
+    def _c(self, index: int, name: str, *args: Any) -> Any:
+        return self._call(f"{name}(gpu {index})", getattr(self._nv, name), *args)
+
+    def _read_temperature(self, i: int, h: Any) -> list[Row]:
+        return [("gpu_temp_c", "", float(self._c(i, "nvmlDeviceGetTemperature", h, self._nv.NVML_TEMPERATURE_GPU)))]
+
+    def _read_power(self, i: int, h: Any) -> list[Row]:
+        return [("power_w", "", self._c(i, "nvmlDeviceGetPowerUsage", h) / 1000.0)]
+
+    def _read_utilization(self, i: int, h: Any) -> list[Row]:
+        u = self._c(i, "nvmlDeviceGetUtilizationRates", h)
+        return [("gpu_util_pct", "", float(u.gpu)), ("mem_util_pct", "", float(u.memory))]
+
+    def _read_memory(self, i: int, h: Any) -> list[Row]:
+        m = self._c(i, "nvmlDeviceGetMemoryInfo", h)
+        return [("fb_used_bytes", "", float(m.used)), ("fb_total_bytes", "", float(m.total))]
+
+    def _read_clocks(self, i: int, h: Any) -> list[Row]:
+        nv = self._nv
+        return [
+            ("sm_clock_mhz", "", float(self._c(i, "nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_SM))),
+            ("mem_clock_mhz", "", float(self._c(i, "nvmlDeviceGetClockInfo", h, nv.NVML_CLOCK_MEM))),
+        ]
+
+    def _read_clock_events(self, i: int, h: Any) -> list[Row]:
+        name = (
+            "nvmlDeviceGetCurrentClocksEventReasons"
+            if hasattr(self._nv, "nvmlDeviceGetCurrentClocksEventReasons")
+            else "nvmlDeviceGetCurrentClocksThrottleReasons"
+        )
+        return [("clock_event_reasons", "", float(self._c(i, name, h)))]
+
+    def _fields(self, i: int, h: Any, ids: list[tuple[str, int]]) -> list[Row]:
+        vals = self._c(i, "nvmlDeviceGetFieldValues", h, [fid for _, fid in ids])
+        out: list[Row] = []
+        for (metric, _), v in zip(ids, vals, strict=True):
+            if v.nvmlReturn != 0:
+                continue
+            out.append((metric, "", float(_field_value(v))))
+        if not out:
+            raise NotSupported(f"nvmlDeviceGetFieldValues(gpu {i}): no field supported")
+        return out
+
+    def _read_mem_temperature(self, i: int, h: Any) -> list[Row]:
+        return self._fields(i, h, [("mem_temp_c", _FI_MEMORY_TEMP)])
+
+    def _read_power_limit(self, i: int, h: Any) -> list[Row]:
+        return [("power_limit_w", "", self._c(i, "nvmlDeviceGetEnforcedPowerLimit", h) / 1000.0)]
+
+    def _read_ecc(self, i: int, h: Any) -> list[Row]:
+        nv = self._nv
+        cur, _pending = self._c(i, "nvmlDeviceGetEccMode", h)
+        rows: list[Row] = [("ecc_mode", "", float(cur))]
+        for metric, etype, ctype in (
+            ("ecc_sbe_volatile", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_VOLATILE_ECC),
+            ("ecc_dbe_volatile", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC),
+            ("ecc_sbe_aggregate", nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_AGGREGATE_ECC),
+            ("ecc_dbe_aggregate", nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_AGGREGATE_ECC),
+        ):
+            rows.append((metric, "", float(self._c(i, "nvmlDeviceGetTotalEccErrors", h, etype, ctype))))
+        return rows
+
+    def _read_remapped_rows(self, i: int, h: Any) -> list[Row]:
+        corr, unc, pending, failure = self._c(i, "nvmlDeviceGetRemappedRows", h)
+        return [
+            ("remap_correctable_rows", "", float(corr)),
+            ("remap_uncorrectable_rows", "", float(unc)),
+            ("remap_pending", "", float(bool(pending))),
+            ("remap_failure", "", float(bool(failure))),
+        ]
+
+    def _read_remap_histogram(self, i: int, h: Any) -> list[Row]:
+        v = self._c(i, "nvmlDeviceGetRowRemapperHistogram", h)
+        return [(f"remap_bank_{k}", "", float(getattr(v, k))) for k in ("max", "high", "partial", "low", "none")]
+
+    def _read_retired_pages(self, i: int, h: Any) -> list[Row]:
+        nv = self._nv
+        sbe = self._c(i, "nvmlDeviceGetRetiredPages", h, nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+        dbe = self._c(i, "nvmlDeviceGetRetiredPages", h, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
+        pend = self._c(i, "nvmlDeviceGetRetiredPagesPendingStatus", h)
+        return [
+            ("retired_pages_sbe", "", float(len(sbe))),
+            ("retired_pages_dbe", "", float(len(dbe))),
+            ("retired_pages_pending", "", float(bool(pend))),
+        ]
+
+    def _read_pcie_link(self, i: int, h: Any) -> list[Row]:
+        return [
+            ("pcie_link_gen", "", float(self._c(i, "nvmlDeviceGetCurrPcieLinkGeneration", h))),
+            ("pcie_link_width", "", float(self._c(i, "nvmlDeviceGetCurrPcieLinkWidth", h))),
+        ]
+
+    def _read_persistence(self, i: int, h: Any) -> list[Row]:
+        rows: list[Row] = [("persistence_mode", "", float(self._c(i, "nvmlDeviceGetPersistenceMode", h)))]
+        try:
+            rows.append(("pstate", "", float(self._c(i, "nvmlDeviceGetPerformanceState", h))))
+        except NotSupported:
+            pass
+        return rows
+
+    def _read_energy(self, i: int, h: Any) -> list[Row]:
+        return [("energy_j", "", self._c(i, "nvmlDeviceGetTotalEnergyConsumption", h) / 1000.0)]
+
+    def _read_violations(self, i: int, h: Any) -> list[Row]:
+        nv = self._nv
+        p = self._c(i, "nvmlDeviceGetViolationStatus", h, nv.NVML_PERF_POLICY_POWER)
+        t = self._c(i, "nvmlDeviceGetViolationStatus", h, nv.NVML_PERF_POLICY_THERMAL)
+        return [
+            ("violation_power_us", "", p.violationTime / 1000.0),
+            ("violation_thermal_us", "", t.violationTime / 1000.0),
+        ]
+
+    def _read_pcie_counters(self, i: int, h: Any) -> list[Row]:
+        return self._fields(i, h, _FI_PCIE)
+
+    def _read_nvlink(self, i: int, h: Any) -> list[Row]:
+        nv = self._nv
+        rows: list[Row] = []
+        counters = (
+            ("nvlink_replay_errors_total", 0),
+            ("nvlink_recovery_errors_total", 1),
+            ("nvlink_crc_flit_errors_total", 2),
+            ("nvlink_crc_data_errors_total", 3),
+        )
+        for link in range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))):
+            try:
+                up = self._c(i, "nvmlDeviceGetNvLinkState", h, link)
+            except (NotSupported, SourceError):
+                if link == 0:
+                    raise NotSupported(f"nvmlDeviceGetNvLinkState(gpu {i}): no NVLink") from None
+                break
+            sub = f"link={link}"
+            rows.append(("nvlink_link_up", sub, float(up)))
+            for metric, counter in counters:
+                try:
+                    rows.append((metric, sub, float(self._c(i, "nvmlDeviceGetNvLinkErrorCounter", h, link, counter))))
+                except NotSupported:
+                    continue
+        return rows
+
+    def _read_limits(self, i: int, h: Any) -> list[Row]:
+        nv = self._nv
+        rows: list[Row] = []
+        for metric, fn, args in (
+            ("temp_slowdown_c", "nvmlDeviceGetTemperatureThreshold", (nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,)),
+            ("temp_shutdown_c", "nvmlDeviceGetTemperatureThreshold", (nv.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,)),
+            ("temp_gpu_max_c", "nvmlDeviceGetTemperatureThreshold", (nv.NVML_TEMPERATURE_THRESHOLD_GPU_MAX,)),
+            ("temp_mem_max_c", "nvmlDeviceGetTemperatureThreshold", (nv.NVML_TEMPERATURE_THRESHOLD_MEM_MAX,)),
+            ("sm_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", (nv.NVML_CLOCK_SM,)),
+            ("mem_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", (nv.NVML_CLOCK_MEM,)),
+            ("pcie_link_gen_max", "nvmlDeviceGetMaxPcieLinkGeneration", ()),
+            ("pcie_link_width_max", "nvmlDeviceGetMaxPcieLinkWidth", ()),
+        ):
+            try:
+                rows.append((metric, "", float(self._c(i, fn, h, *args))))
+            except NotSupported:
+                continue
+        if not rows:
+            raise NotSupported(f"limits(gpu {i}): none supported")
+        return rows
+
+    # -- events -------------------------------------------------------------------------------------------
+    def poll_xids(self, now: float) -> list[XidNotice]:
+        """Drain NVML's event set without waiting (timeout 0)."""
+        if self._events is None:
+            return []
+        nv = self._nv
+        out: list[XidNotice] = []
+        index_of = {id(h): i for i, h in self._handles.items()}
+        for _ in range(256):
+            try:
+                self._inflight = "nvmlEventSetWait_v2"
+                data = nv.nvmlEventSetWait_v2(self._events, 0)
+            except nv.NVMLError:
+                break
+            finally:
+                self._inflight = None
+            if data.eventType & _XID_EVENT:
+                idx = index_of.get(id(data.device), -1)
+                if idx < 0:
+                    for i, hh in self._handles.items():
+                        if _same_handle(hh, data.device):
+                            idx = i
+                            break
+                out.append(XidNotice(idx, int(data.eventData), now))
+        return out
+
+
+def _same_handle(a: Any, b: Any) -> bool:
+    try:
+        return bool(a.value == b.value)  # ctypes pointers
+    except AttributeError:
+        return a is b
+
+
+def _field_value(v: Any) -> float:
+    t = v.valueType
+    val = v.value
+    return {
+        0: lambda: val.dVal,
+        1: lambda: val.uiVal,
+        2: lambda: val.ulVal,
+        3: lambda: val.ullVal,
+        4: lambda: val.sllVal,
+        5: lambda: val.siVal,
+        6: lambda: val.usVal,
+    }.get(t, lambda: val.ullVal)()
+

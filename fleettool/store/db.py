@@ -1,0 +1,256 @@
+"""Open, write and query the DuckDB store.
+
+Concurrency: DuckDB lets one process open a file read-write, or many processes open it read-only, never both.
+So nobody holds the file open for long: the agent buffers rows in memory and opens the file only to flush a
+batch (milliseconds), and readers (CLI, TUI) open it read-only for one query at a time. Both retry briefly when
+the other holds the lock; the agent never blocks its collection loop on the lock, it keeps buffering.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from fleettool.model import Event, GpuInfo, Sample
+from fleettool.store.schema import DDL, SCHEMA_VERSION
+
+
+class StoreError(RuntimeError):
+    """The store could not be opened or written."""
+
+
+class StoreLocked(StoreError):
+    """Another process holds the database file."""
+
+
+class StoreCorrupt(StoreError):
+    """The file is not a DuckDB database this version can read."""
+
+
+def _classify(path: str, err: Exception) -> StoreError:
+    msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+    low = msg.lower()
+    if "lock" in low or "conflicting" in low or "resource temporarily unavailable" in low:
+        return StoreLocked(f"{path}: database is locked by another process ({msg})")
+    if "not a valid duckdb" in low or "corrupt" in low or "invalid" in low or "serialization" in low or "magic" in low:
+        return StoreCorrupt(f"{path}: not a readable fleettool database ({msg})")
+    return StoreError(f"{path}: {msg}")
+
+
+def connect(path: str, *, read_only: bool, wait_s: float = 5.0) -> duckdb.DuckDBPyConnection:
+    """Open the file, retrying for up to wait_s while another process holds the lock."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.005
+    while True:
+        try:
+            return duckdb.connect(path, read_only=read_only)
+        except duckdb.Error as e:
+            err = _classify(path, e)
+            if not isinstance(err, StoreLocked) or time.monotonic() >= deadline:
+                raise err from e
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+def _ts_array(ts: Sequence[float] | Any) -> pa.Array:
+    import numpy as np
+
+    us = np.round(np.asarray(ts, dtype=np.float64) * 1e6).astype("int64")
+    return pa.array(us, type=pa.timestamp("us"))
+
+
+def samples_table(samples: Sequence[Sample]) -> pa.Table:
+    """Rows of Sample -> an Arrow table in the samples column order."""
+    return pa.table(
+        {
+            "ts": _ts_array([s.ts for s in samples]),
+            "node": pa.array([s.node for s in samples], pa.string()),
+            "gpu": pa.array([s.gpu for s in samples], pa.int16()),
+            "uuid": pa.array([s.uuid for s in samples], pa.string()),
+            "metric": pa.array([s.metric for s in samples], pa.string()),
+            "sub": pa.array([s.sub for s in samples], pa.string()),
+            "value": pa.array([s.value for s in samples], pa.float64()),
+        }
+    )
+
+
+class Store:
+    """One DuckDB file (or ':memory:'). Use as a context manager; writes are batched Arrow inserts."""
+
+    def __init__(
+        self, path: str | Path = ":memory:", *, read_only: bool = False, wait_s: float = 5.0, migrate: bool = True
+    ) -> None:
+        self.path = str(path)
+        self.read_only = read_only
+        if self.path != ":memory:" and read_only and not Path(self.path).exists():
+            raise StoreError(f"{self.path}: no such database")
+        self.con = connect(self.path, read_only=read_only, wait_s=wait_s)
+        try:
+            if not read_only and migrate:
+                self._migrate()
+            else:
+                self._check_schema()
+        except duckdb.Error as e:
+            self.con.close()
+            raise _classify(self.path, e) from e
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+    def _migrate(self) -> None:
+        for stmt in DDL:
+            self.con.execute(stmt)
+        self.con.execute(
+            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
+        )
+
+    def _check_schema(self) -> None:
+        try:
+            rows = self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
+            row = rows[0] if rows else None
+        except duckdb.CatalogException as e:
+            raise StoreCorrupt(f"{self.path}: not a fleettool database (no meta table)") from e
+        if row is None or int(row[0]) > SCHEMA_VERSION:
+            raise StoreCorrupt(f"{self.path}: schema version {row and row[0]} is newer than this fleettool")
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writes -------------------------------------------------------------------------------------------
+    def write_samples(self, table: pa.Table | Sequence[Sample]) -> int:
+        if not isinstance(table, pa.Table):
+            table = samples_table(table)
+        if table.num_rows == 0:
+            return 0
+        self.con.register("_incoming_samples", table)
+        try:
+            self.con.execute(
+                "INSERT INTO samples SELECT ts, node, gpu, uuid, metric, sub, value FROM _incoming_samples"
+            )
+        finally:
+            self.con.unregister("_incoming_samples")
+        return int(table.num_rows)
+
+    def write_events(self, events: Iterable[Event]) -> int:
+        evs = list(events)
+        if not evs:
+            return 0
+        tbl = pa.table(
+            {
+                "ts": pa.array(
+                    [None if e.ts is None else int(round(e.ts * 1e6)) for e in evs], pa.int64()
+                ).cast(pa.timestamp("us")),
+                "node": pa.array([e.node for e in evs], pa.string()),
+                "gpu": pa.array([e.gpu for e in evs], pa.int16()),
+                "uuid": pa.array([e.uuid for e in evs], pa.string()),
+                "pci_bus_id": pa.array([e.pci_bus_id for e in evs], pa.string()),
+                "kind": pa.array([e.kind for e in evs], pa.string()),
+                "code": pa.array([e.code for e in evs], pa.int32()),
+                "message": pa.array([e.message for e in evs], pa.string()),
+                "raw": pa.array([e.raw for e in evs], pa.string()),
+                "source": pa.array([e.source for e in evs], pa.string()),
+            }
+        )
+        self.con.register("_incoming_events", tbl)
+        try:
+            self.con.execute("INSERT INTO events SELECT * FROM _incoming_events")
+        finally:
+            self.con.unregister("_incoming_events")
+        return len(evs)
+
+    def upsert_gpus(self, gpus: Iterable[GpuInfo], seen_ts: float) -> None:
+        rows = list(gpus)
+        if not rows:
+            return
+        ts = _ts_array([seen_ts])[0].as_py()
+        for g in rows:
+            hit = self.scalar(
+                "SELECT count(*) FROM gpus WHERE node = ? AND gpu IS NOT DISTINCT FROM ? "
+                "AND uuid IS NOT DISTINCT FROM ?",
+                [g.node, g.gpu, g.uuid],
+            )
+            if hit:
+                self.con.execute(
+                    "UPDATE gpus SET last_seen = greatest(last_seen, ?), "
+                    "pci_bus_id = coalesce(?, pci_bus_id), model = coalesce(?, model), "
+                    "driver = coalesce(?, driver), serial = coalesce(?, serial) "
+                    "WHERE node = ? AND gpu IS NOT DISTINCT FROM ? AND uuid IS NOT DISTINCT FROM ?",
+                    [ts, g.pci_bus_id, g.model, g.driver, g.serial, g.node, g.gpu, g.uuid],
+                )
+            else:
+                self.con.execute(
+                    "INSERT INTO gpus VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [g.node, g.gpu, g.uuid, g.pci_bus_id, g.model, g.driver, g.serial, ts, ts],
+                )
+
+    def seen_digest(self, digest: str) -> bool:
+        return bool(self.con.execute("SELECT 1 FROM ingests WHERE digest = ?", [digest]).fetchall())
+
+    def record_ingest(self, digest: str, path: str, fmt: str, node: str | None, rows: int, issues: int) -> None:
+        self.con.execute(
+            "INSERT OR REPLACE INTO ingests VALUES (?, ?, ?, ?, ?, ?, now()::TIMESTAMP)",
+            [digest, path, fmt, node, rows, issues],
+        )
+
+    def begin(self) -> None:
+        self.con.execute("BEGIN TRANSACTION")
+
+    def commit(self) -> None:
+        self.con.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self.con.execute("ROLLBACK")
+
+    # -- retention ----------------------------------------------------------------------------------------
+    def apply_retention(self, now: float, raw_keep_s: float, rollup_keep_s: float) -> tuple[int, int]:
+        """Roll raw samples older than raw_keep_s into 1-minute min/mean/max, drop them, and drop rollups
+        older than rollup_keep_s. Whole minutes only, in one transaction. Returns (rolled, dropped)."""
+        cutoff_s = (now - raw_keep_s) // 60 * 60
+        cutoff = _ts_array([cutoff_s])[0].as_py()
+        old = _ts_array([now - rollup_keep_s])[0].as_py()
+        self.begin()
+        try:
+            rolled = self.con.execute(
+                """INSERT INTO samples_1m
+                   SELECT time_bucket(INTERVAL 1 MINUTE, ts) AS minute, node, gpu, uuid, metric, sub,
+                          min(value), avg(value), max(value), count(*)::INTEGER
+                   FROM samples WHERE ts < ? GROUP BY ALL""",
+                [cutoff],
+            ).fetchall()[0]
+            self.con.execute("DELETE FROM samples WHERE ts < ?", [cutoff]).fetchall()
+            dropped = self.con.execute("DELETE FROM samples_1m WHERE minute < ?", [old]).fetchall()[0]
+            self.commit()
+        except Exception:
+            self.rollback()
+            raise
+        return (int(rolled[0]) if rolled else 0, int(dropped[0]) if dropped else 0)
+
+    # -- reads --------------------------------------------------------------------------------------------
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        cur = self.con.execute(sql, params or [])
+        cols = [d[0] for d in cur.description or []]
+        return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+
+    def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        rows = self.con.execute(sql, params or []).fetchall()  # fetchall: leave no result open (duckdb 2)
+        return rows[0][0] if rows else None
+
+    def counts(self) -> dict[str, int]:
+        out = {}
+        for t in ("samples", "samples_1m", "events", "gpus", "nccl_runs", "burnin_results", "alerts"):
+            out[t] = int(self.scalar(f"SELECT count(*) FROM {t}") or 0)
+        return out
+
+
+def dumps_evidence(obj: Any) -> str:
+    return json.dumps(obj, default=str, separators=(",", ":"))

@@ -1,0 +1,42 @@
+"""The store's schema. Every table is keyed by node, GPU index, GPU UUID and time (TIMESTAMP = UTC)."""
+
+SCHEMA_VERSION = 1
+
+DDL = [
+    """CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)""",
+    # raw samples; sub names a part of the GPU (link=3, mig=1/0) or the collector of a health sample
+    """CREATE TABLE IF NOT EXISTS samples (
+        ts TIMESTAMP NOT NULL, node VARCHAR NOT NULL, gpu SMALLINT, uuid VARCHAR,
+        metric VARCHAR NOT NULL, sub VARCHAR NOT NULL DEFAULT '', value DOUBLE NOT NULL)""",
+    # 1-minute rollups kept long after raw samples are dropped
+    """CREATE TABLE IF NOT EXISTS samples_1m (
+        minute TIMESTAMP NOT NULL, node VARCHAR NOT NULL, gpu SMALLINT, uuid VARCHAR,
+        metric VARCHAR NOT NULL, sub VARCHAR NOT NULL DEFAULT '',
+        vmin DOUBLE, vmean DOUBLE, vmax DOUBLE, n INTEGER)""",
+    """CREATE TABLE IF NOT EXISTS events (
+        ts TIMESTAMP, node VARCHAR NOT NULL, gpu SMALLINT, uuid VARCHAR, pci_bus_id VARCHAR,
+        kind VARCHAR NOT NULL, code INTEGER, message VARCHAR, raw VARCHAR, source VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS gpus (
+        node VARCHAR NOT NULL, gpu SMALLINT, uuid VARCHAR, pci_bus_id VARCHAR, model VARCHAR,
+        driver VARCHAR, serial VARCHAR, first_seen TIMESTAMP, last_seen TIMESTAMP)""",
+    """CREATE TABLE IF NOT EXISTS nccl_runs (
+        run_id VARCHAR PRIMARY KEY, ts TIMESTAMP, op VARCHAR, ranks INTEGER, nodes VARCHAR[],
+        avg_busbw_gbps DOUBLE, peak_busbw_gbps DOUBLE, wrong BIGINT, version VARCHAR, source VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS nccl_rows (
+        run_id VARCHAR NOT NULL, size_bytes BIGINT, count BIGINT, dtype VARCHAR, redop VARCHAR, root INTEGER,
+        oop_time_us DOUBLE, oop_algbw_gbps DOUBLE, oop_busbw_gbps DOUBLE, oop_wrong BIGINT,
+        ip_time_us DOUBLE, ip_algbw_gbps DOUBLE, ip_busbw_gbps DOUBLE, ip_wrong BIGINT)""",
+    """CREATE TABLE IF NOT EXISTS burnin_results (
+        run_id VARCHAR NOT NULL, ts TIMESTAMP, node VARCHAR, gpu SMALLINT, uuid VARCHAR, test VARCHAR,
+        figure DOUBLE, unit VARCHAR, floor DOUBLE, verdict VARCHAR, reason VARCHAR, evidence JSON)""",
+    """CREATE TABLE IF NOT EXISTS alerts (
+        alert_id VARCHAR PRIMARY KEY, rule VARCHAR, category VARCHAR, severity VARCHAR, node VARCHAR,
+        gpu SMALLINT, uuid VARCHAR, action VARCHAR, state VARCHAR, first_seen TIMESTAMP, last_seen TIMESTAMP,
+        summary VARCHAR, runbook VARCHAR, evidence JSON)""",
+    # what was ingested, by content hash, so replaying the same file twice stores it once
+    """CREATE TABLE IF NOT EXISTS ingests (
+        digest VARCHAR PRIMARY KEY, path VARCHAR, format VARCHAR, node VARCHAR, rows BIGINT,
+        issues INTEGER, ingested_at TIMESTAMP)""",
+]
+
+SAMPLE_COLUMNS = ["ts", "node", "gpu", "uuid", "metric", "sub", "value"]
