@@ -51,7 +51,9 @@ def main() -> None:
         return FakeSource(gpus=a.gpus, recording=a.recording, costs=a.costs)
 
     def run(seconds: float) -> tuple[Agent, float, float, float]:
-        cfg = AgentConfig(db=db, node="bench", interval_s=1.0, flush_s=a.flush, duration_s=seconds, quiet=True)
+        cfg = AgentConfig(
+            db=db, node="bench", interval_s=1.0, flush_s=a.flush, duration_s=seconds, quiet=True
+        )
         ag = Agent(cfg, [NvmlCollector(make_source(), "bench")])
         ag.start()  # opening the source (NVML init, or loading the fake's recording) is not the loop's cost
         r0 = resource.getrusage(resource.RUSAGE_SELF)

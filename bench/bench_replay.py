@@ -29,7 +29,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
-    path = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "fixtures/scenarios/row-remap-trend/dcgm-exporter.om.gz"
+    path = (
+        Path(sys.argv[1])
+        if len(sys.argv) > 1
+        else ROOT / "fixtures/scenarios/row-remap-trend/dcgm-exporter.om.gz"
+    )
     out: dict[str, object] = {"file": str(path)}
 
     t = time.perf_counter()
@@ -87,7 +91,9 @@ def main() -> None:
         out["store_write_vs_raw_insert"] = round(dt_raw / dt_store, 3)
         out["replay_vs_raw_insert"] = round(dt_raw / dt_ingest, 3)
         out["db_bytes_per_sample"] = round(db.stat().st_size / rep.rows, 2)
-    out["speedup_vs_prometheus_client"] = round(out["parse_samples_per_s"] / out["prometheus_client_samples_per_s"], 1)  # type: ignore[operator]
+    out["speedup_vs_prometheus_client"] = round(
+        out["parse_samples_per_s"] / out["prometheus_client_samples_per_s"], 1
+    )  # type: ignore[operator]
     print(json.dumps(out, indent=1))
 
 

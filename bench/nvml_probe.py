@@ -1,6 +1,6 @@
 """Every read of the NVML source once per GPU, with its result or error and its cost: what this driver supports.
 
-  python bench/nvml_probe.py > probe.json
+python bench/nvml_probe.py > probe.json
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ def main() -> None:
     src = NvmlSource()
     t0 = time.perf_counter()
     src.open()
-    out: dict[str, object] = {"open_ms": round((time.perf_counter() - t0) * 1e3, 2), "driver": src.driver_version()}
+    out: dict[str, object] = {
+        "open_ms": round((time.perf_counter() - t0) * 1e3, 2),
+        "driver": src.driver_version(),
+    }
     n = src.device_count()
     out["count"] = n
     gpus = []
@@ -36,7 +39,9 @@ def main() -> None:
                 assert isinstance(entry, dict)
                 entry[f"us_{attempt}"] = round(us, 1)
                 entry["result"] = res
-        gpus.append({"index": i, "uuid": info.uuid, "name": info.name, "pci": info.pci_bus_id, "reads": reads})
+        gpus.append(
+            {"index": i, "uuid": info.uuid, "name": info.name, "pci": info.pci_bus_id, "reads": reads}
+        )
     out["gpus"] = gpus
     out["xids"] = [x.__dict__ for x in src.poll_xids(time.time())]
     src.close()

@@ -112,7 +112,9 @@ class NvmlCollector:
         out = Collected()
         if not self._open:
             if time.monotonic() - self._last_open_try >= RETRY_OPEN_S and self.start():
-                out.events.append(Event(now, self.node, EventKind.AGENT.value, "NVML is available again", source="nvml"))
+                out.events.append(
+                    Event(now, self.node, EventKind.AGENT.value, "NVML is available again", source="nvml")
+                )
             else:
                 return out
         due = self._due(now)
@@ -123,10 +125,16 @@ class NvmlCollector:
             except SourceError as e:
                 count = 0
                 out.errors += 1
-                out.events.append(Event(now, self.node, EventKind.NVML_ERROR.value, f"nvmlDeviceGetCount: {e}", source="nvml"))
+                out.events.append(
+                    Event(
+                        now, self.node, EventKind.NVML_ERROR.value, f"nvmlDeviceGetCount: {e}", source="nvml"
+                    )
+                )
             out.samples.append(Sample(now, self.node, None, None, "gpu_count", float(count)))
             if self.expected_gpus is not None:
-                out.samples.append(Sample(now, self.node, None, None, "gpu_count_expected", float(self.expected_gpus)))
+                out.samples.append(
+                    Sample(now, self.node, None, None, "gpu_count_expected", float(self.expected_gpus))
+                )
         reads = [name for name, (tier, _) in READS.items() if tier in due]
         for i in range(self._count):
             dev = self._devices.get(i)
@@ -142,7 +150,9 @@ class NvmlCollector:
                 except GpuLost as e:
                     if i not in self._lost:
                         self._lost.add(i)
-                        out.events.append(self._event(now, i, EventKind.NVML_ERROR, f"GPU is lost: {e}", code=15))
+                        out.events.append(
+                            self._event(now, i, EventKind.NVML_ERROR, f"GPU is lost: {e}", code=15)
+                        )
                     out.errors += 1
                     break
                 except SourceError as e:
@@ -161,10 +171,14 @@ class NvmlCollector:
         try:
             for x in self.source.poll_xids(now):
                 msg = f"Xid {x.code} reported through NVML events"
-                out.events.append(self._event(x.ts, x.index if x.index >= 0 else None, EventKind.XID, msg, code=x.code))
+                out.events.append(
+                    self._event(x.ts, x.index if x.index >= 0 else None, EventKind.XID, msg, code=x.code)
+                )
         except SourceError as e:
             out.errors += 1
-            out.events.append(Event(now, self.node, EventKind.NVML_ERROR.value, f"event wait: {e}", source="nvml"))
+            out.events.append(
+                Event(now, self.node, EventKind.NVML_ERROR.value, f"event wait: {e}", source="nvml")
+            )
         return out
 
     def _event(self, ts: float, gpu: int | None, kind: EventKind, msg: str, code: int | None = None) -> Event:

@@ -39,7 +39,9 @@ _DEFS = [
     MetricDef("fb_total_bytes", "gauge", "bytes", "Frame buffer total"),
     MetricDef("clock_event_reasons", "gauge", "bitmask", "Clock-event (throttle) reasons bitmask"),
     MetricDef("violation_power_us", "counter", "microseconds", "Time clocks were held by the power policy"),
-    MetricDef("violation_thermal_us", "counter", "microseconds", "Time clocks were held by the thermal policy"),
+    MetricDef(
+        "violation_thermal_us", "counter", "microseconds", "Time clocks were held by the thermal policy"
+    ),
     MetricDef("violation_sync_boost_us", "counter", "microseconds", "Time held by sync boost"),
     MetricDef("violation_board_limit_us", "counter", "microseconds", "Time held by the board limit"),
     MetricDef("violation_low_util_us", "counter", "microseconds", "Time held by low utilisation"),
@@ -84,13 +86,19 @@ _DEFS = [
     MetricDef("sm_active_ratio", "gauge", "ratio", "SM active ratio"),
     MetricDef("gr_engine_active_ratio", "gauge", "ratio", "Graphics engine active ratio"),
     MetricDef("dram_active_ratio", "gauge", "ratio", "DRAM active ratio"),
-    MetricDef("recovery_action", "gauge", "enum", "NVML GPU recovery action (0 none, 1 reset, 2 reboot, ...)"),
+    MetricDef(
+        "recovery_action", "gauge", "enum", "NVML GPU recovery action (0 none, 1 reset, 2 reboot, ...)"
+    ),
     MetricDef("gpu_count", "gauge", "gpus", "GPUs the node sees"),
     MetricDef("gpu_count_expected", "gauge", "gpus", "GPUs the node should have"),
     MetricDef("agent_collector_up", "gauge", "bool", "The collector's last run succeeded (sub=collector=ID)"),
     MetricDef("agent_collector_hung", "gauge", "bool", "The collector is stuck in a call (sub=collector=ID)"),
-    MetricDef("agent_collector_duration_s", "gauge", "seconds", "The collector's last run time (sub=collector=ID)"),
-    MetricDef("agent_collector_errors_total", "counter", "errors", "Errors met by the collector (sub=collector=ID)"),
+    MetricDef(
+        "agent_collector_duration_s", "gauge", "seconds", "The collector's last run time (sub=collector=ID)"
+    ),
+    MetricDef(
+        "agent_collector_errors_total", "counter", "errors", "Errors met by the collector (sub=collector=ID)"
+    ),
     MetricDef("agent_nvml_available", "gauge", "bool", "NVML could be loaded and initialised"),
     MetricDef("agent_buffer_rows", "gauge", "rows", "Rows waiting to be flushed to the store"),
     MetricDef("agent_flush_failures_total", "counter", "failures", "Failed flushes to the store"),

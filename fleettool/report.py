@@ -94,31 +94,31 @@ def summarize(store: Store) -> list[GpuSummary]:
            SELECT node, gpu, mask, sum(least(coalesce(dt, 0), 300)) AS secs FROM r GROUP BY ALL"""
     )
     for r in reasons:
-        s = out.get((r["node"], r["gpu"]))
-        if s is None:
+        hit = out.get((r["node"], r["gpu"]))
+        if hit is None:
             continue
         for bit, name in CLOCK_EVENT_BITS.items():
             if int(r["mask"]) & bit:
-                s.reasons_s[name] = s.reasons_s.get(name, 0.0) + float(r["secs"] or 0.0)
+                hit.reasons_s[name] = hit.reasons_s.get(name, 0.0) + float(r["secs"] or 0.0)
     ph = ", ".join(f"'{c}'" for c in COUNTERS + FLAGS)
     for r in store.query(
         f"""SELECT node, gpu, metric, arg_max(value, ts) - arg_min(value, ts) AS inc, max(value) AS vmax
             FROM samples WHERE metric IN ({ph}) AND gpu IS NOT NULL GROUP BY ALL"""
     ):
-        s = out.get((r["node"], r["gpu"]))
-        if s is None:
+        hit = out.get((r["node"], r["gpu"]))
+        if hit is None:
             continue
         if r["metric"] in FLAGS:
             if r["vmax"] and r["vmax"] > 0:
-                s.flags.append(r["metric"])
+                hit.flags.append(r["metric"])
         else:
-            s.counter_increase[r["metric"]] = float(r["inc"] or 0.0)
+            hit.counter_increase[r["metric"]] = float(r["inc"] or 0.0)
     for r in store.query("SELECT node, gpu, kind, code, count(*) AS n FROM events GROUP BY ALL"):
-        s = out.get((r["node"], r["gpu"]))
-        if s is None:
+        hit = out.get((r["node"], r["gpu"]))
+        if hit is None:
             continue
         key = r["kind"] + (f" {r['code']}" if r["code"] is not None else "")
-        s.events[key] = s.events.get(key, 0) + int(r["n"])
+        hit.events[key] = hit.events.get(key, 0) + int(r["n"])
     return list(out.values())
 
 
@@ -134,11 +134,15 @@ def render_text(summaries: list[GpuSummary]) -> str:
         if s.max_temp_c is not None:
             figs.append(f"max {s.max_temp_c:.0f} C")
         if s.max_power_w is not None:
-            figs.append(f"max {s.max_power_w:.0f} W" + (f" of {s.power_limit_w:.0f} W" if s.power_limit_w else ""))
+            figs.append(
+                f"max {s.max_power_w:.0f} W" + (f" of {s.power_limit_w:.0f} W" if s.power_limit_w else "")
+            )
         if s.min_sm_clock_mhz is not None:
             figs.append(f"SM {s.min_sm_clock_mhz:.0f}-{s.max_sm_clock_mhz:.0f} MHz")
         lines.append(f"  {s.samples} samples {span}; " + ", ".join(figs))
-        normal = [f"{k} {v:.0f}s" for k, v in s.reasons_s.items() if k in ("sw_power_cap", "gpu_idle") and v > 0]
+        normal = [
+            f"{k} {v:.0f}s" for k, v in s.reasons_s.items() if k in ("sw_power_cap", "gpu_idle") and v > 0
+        ]
         if normal:
             lines.append("  normal: " + ", ".join(normal))
         f = s.findings()

@@ -19,7 +19,11 @@ def db(tmp_path: Path) -> Path:
     return tmp_path / "t.duckdb"
 
 
-def run_cli(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("fleettool")
     cmd = [exe, *args] if exe else [sys.executable, "-m", "fleettool", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )

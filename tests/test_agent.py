@@ -40,13 +40,33 @@ def _wait_rows(db: Path, sql: str, minimum: int, timeout: float = 30) -> int:
 
 def test_sigterm_flushes_and_readers_read_while_it_runs(tmp_path: Path) -> None:
     db = tmp_path / "a.duckdb"
-    p = _start("--db", str(db), "--source", "fake", "--gpus", "2", "--interval", "0.2s", "--flush", "1s",
-               "--recording", str(H200 / "nvml.om.gz"), "--node", "gpu-17", "--metrics-port", "19402",
-               "--metrics-addr", "127.0.0.1")
+    p = _start(
+        "--db",
+        str(db),
+        "--source",
+        "fake",
+        "--gpus",
+        "2",
+        "--interval",
+        "0.2s",
+        "--flush",
+        "1s",
+        "--recording",
+        str(H200 / "nvml.om.gz"),
+        "--node",
+        "gpu-17",
+        "--metrics-port",
+        "19402",
+        "--metrics-addr",
+        "127.0.0.1",
+    )
     try:
         assert _wait_rows(db, "SELECT count(*) FROM samples", 20) >= 20  # a reader between flushes
         body = urllib.request.urlopen("http://127.0.0.1:19402/metrics", timeout=5).read().decode()
-        assert 'fleettool_power_w{UUID="GPU-fa4e0000-0000-4000-8000-000000000001",gpu="1",hostname="gpu-17"}' in body
+        assert (
+            'fleettool_power_w{UUID="GPU-fa4e0000-0000-4000-8000-000000000001",gpu="1",hostname="gpu-17"}'
+            in body
+        )
         assert 'fleettool_agent_collector_up{UUID="",collector="nvml",gpu="",hostname="gpu-17"} 1.0' in body
         time.sleep(0.5)
     finally:
@@ -63,8 +83,21 @@ def test_sigterm_flushes_and_readers_read_while_it_runs(tmp_path: Path) -> None:
 
 def test_kill_9_loses_at_most_the_unflushed_batch(tmp_path: Path) -> None:
     db = tmp_path / "k.duckdb"
-    p = _start("--db", str(db), "--source", "fake", "--gpus", "1", "--interval", "0.1s", "--flush", "0.5s",
-               "--recording", str(H200 / "nvml.om.gz"), "-q")
+    p = _start(
+        "--db",
+        str(db),
+        "--source",
+        "fake",
+        "--gpus",
+        "1",
+        "--interval",
+        "0.1s",
+        "--flush",
+        "0.5s",
+        "--recording",
+        str(H200 / "nvml.om.gz"),
+        "-q",
+    )
     try:
         before = _wait_rows(db, "SELECT count(*) FROM samples", 50)
         assert before >= 50
@@ -79,12 +112,28 @@ def test_kill_9_loses_at_most_the_unflushed_batch(tmp_path: Path) -> None:
 
 def test_no_gpu_keeps_running_and_says_so(tmp_path: Path) -> None:
     db = tmp_path / "n.duckdb"
-    r = run_cli("agent", "--db", str(db), "--source", "nvml", "--duration", "2s", "--flush", "1s", "--node", "cpu-box",
-                timeout=60)
+    r = run_cli(
+        "agent",
+        "--db",
+        str(db),
+        "--source",
+        "nvml",
+        "--duration",
+        "2s",
+        "--flush",
+        "1s",
+        "--node",
+        "cpu-box",
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     with Store(db, read_only=True) as s:
-        rows = {r["metric"]: r["v"] for r in s.query(
-            "SELECT metric, arg_max(value, ts) AS v FROM samples WHERE node = 'cpu-box' GROUP BY metric")}
+        rows = {
+            r["metric"]: r["v"]
+            for r in s.query(
+                "SELECT metric, arg_max(value, ts) AS v FROM samples WHERE node = 'cpu-box' GROUP BY metric"
+            )
+        }
         msgs = [e["message"] for e in s.query("SELECT message FROM events WHERE kind = 'agent'")]
     if rows.get("agent_nvml_available") == 1.0:  # this machine has a GPU
         assert rows["gpu_count"] >= 1
@@ -95,9 +144,26 @@ def test_no_gpu_keeps_running_and_says_so(tmp_path: Path) -> None:
 
 def test_hung_collector_is_visible_as_health_and_event(tmp_path: Path) -> None:
     db = tmp_path / "h.duckdb"
-    r = run_cli("agent", "--db", str(db), "--source", "fake", "--gpus", "1", "--inject", "hang@read=energy",
-                "--watchdog", "0.5s", "--duration", "3s", "--interval", "0.5s", "--recording", str(H200 / "nvml.om.gz"),
-                timeout=60)
+    r = run_cli(
+        "agent",
+        "--db",
+        str(db),
+        "--source",
+        "fake",
+        "--gpus",
+        "1",
+        "--inject",
+        "hang@read=energy",
+        "--watchdog",
+        "0.5s",
+        "--duration",
+        "3s",
+        "--interval",
+        "0.5s",
+        "--recording",
+        str(H200 / "nvml.om.gz"),
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     with Store(db, read_only=True) as s:
         hung = s.scalar("SELECT max(value) FROM samples WHERE metric = 'agent_collector_hung'")
@@ -108,8 +174,23 @@ def test_hung_collector_is_visible_as_health_and_event(tmp_path: Path) -> None:
 
 def test_record_then_replay_round_trip(tmp_path: Path) -> None:
     out = tmp_path / "rec"
-    r = run_cli("record", "--out", str(out), "--duration", "3s", "--source", "fake", "--gpus", "2",
-                "--inject", "xid:48@gpu=1", "--recording", str(H200 / "nvml.om.gz"), "--node", "gpu-9")
+    r = run_cli(
+        "record",
+        "--out",
+        str(out),
+        "--duration",
+        "3s",
+        "--source",
+        "fake",
+        "--gpus",
+        "2",
+        "--inject",
+        "xid:48@gpu=1",
+        "--recording",
+        str(H200 / "nvml.om.gz"),
+        "--node",
+        "gpu-9",
+    )
     assert r.returncode == 0, r.stderr
     assert (out / "nvml.om.gz").exists() and (out / "kernel.log").exists()
     log = (out / "kernel.log").read_text()
@@ -118,14 +199,18 @@ def test_record_then_replay_round_trip(tmp_path: Path) -> None:
     rr = run_cli("replay", str(out), "--db", str(db), "--json")
     assert rr.returncode == 0, rr.stderr
     with Store(db, read_only=True) as s:
-        assert s.scalar("SELECT count(DISTINCT gpu) FROM samples WHERE node = 'gpu-9' AND gpu IS NOT NULL") == 2
+        assert (
+            s.scalar("SELECT count(DISTINCT gpu) FROM samples WHERE node = 'gpu-9' AND gpu IS NOT NULL") == 2
+        )
         assert s.scalar("SELECT max(value) FROM samples WHERE metric = 'power_limit_w'") == 700.0
 
 
 def test_recording_is_valid_openmetrics_for_promtool(tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
-        assert os.environ.get("CI") != "true", "CI installs Debian's prometheus package: promtool must be there"
+        assert os.environ.get("CI") != "true", (
+            "CI installs Debian's prometheus package: promtool must be there"
+        )
         import pytest
 
         pytest.skip("promtool not installed (apt-get install prometheus)")
@@ -133,7 +218,11 @@ def test_recording_is_valid_openmetrics_for_promtool(tmp_path: Path) -> None:
 
     om = tmp_path / "h200.om"
     om.write_bytes(gzip.decompress((H200 / "nvml.om.gz").read_bytes()))
-    r = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(tmp_path / "tsdb")],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(tmp_path / "tsdb")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     assert any((tmp_path / "tsdb").iterdir())

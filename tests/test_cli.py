@@ -44,16 +44,33 @@ def test_every_command_is_documented_with_an_example() -> None:
 
 def test_events_json_has_the_fields_design_fixes(db: Path) -> None:
     with Store(db) as s:
-        s.write_events([
-            Event(1796000000.5, "gpu-21", "xid", "GPU has fallen off the bus.", gpu=3, code=79, pci_bus_id="0000:5d:00"),
-            Event(None, "gpu-21", "agent", "collector nvml hung"),
-        ])
+        s.write_events(
+            [
+                Event(
+                    1796000000.5,
+                    "gpu-21",
+                    "xid",
+                    "GPU has fallen off the bus.",
+                    gpu=3,
+                    code=79,
+                    pci_bus_id="0000:5d:00",
+                ),
+                Event(None, "gpu-21", "agent", "collector nvml hung"),
+            ]
+        )
     r = run_cli("events", "--db", str(db), "--json")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
     assert rows[0] == {
-        "ts": "2026-11-30T00:53:20.500Z", "node": "gpu-21", "gpu": 3, "uuid": None, "pci_bus_id": "0000:5d:00",
-        "kind": "xid", "code": 79, "message": "GPU has fallen off the bus.", "source": "",
+        "ts": "2026-11-30T00:53:20.500Z",
+        "node": "gpu-21",
+        "gpu": 3,
+        "uuid": None,
+        "pci_bus_id": "0000:5d:00",
+        "kind": "xid",
+        "code": 79,
+        "message": "GPU has fallen off the bus.",
+        "source": "",
     }
     assert rows[1]["ts"] is None and rows[1]["gpu"] is None and rows[1]["code"] is None
 
@@ -68,8 +85,19 @@ def test_alerts_json_is_an_array_with_the_contract_fields(db: Path) -> None:
     r = run_cli("alerts", "--db", str(db), "--json")
     assert r.returncode == 0, r.stderr
     (a,) = json.loads(r.stdout)
-    assert set(a) >= {"rule", "category", "severity", "node", "gpu", "action", "state", "first_seen", "last_seen",
-                      "summary", "runbook"}
+    assert set(a) >= {
+        "rule",
+        "category",
+        "severity",
+        "node",
+        "gpu",
+        "action",
+        "state",
+        "first_seen",
+        "last_seen",
+        "summary",
+        "runbook",
+    }
     assert a["first_seen"] == "2026-11-30T00:30:00Z" and a["gpu"] == 3
 
 

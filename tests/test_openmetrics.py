@@ -58,7 +58,9 @@ def test_prometheus_text_with_millisecond_timestamps_matches_reference() -> None
 def test_dcgm_exporter_samples_parse_without_issues() -> None:
     lines = [
         ln
-        for ln in (FIXTURES / "samples" / "dcgm-exporter" / "dcgm-exporter-metrics-samples.txt").read_text().splitlines()
+        for ln in (FIXTURES / "samples" / "dcgm-exporter" / "dcgm-exporter-metrics-samples.txt")
+        .read_text()
+        .splitlines()
         if ln.startswith("DCGM_") or ln.startswith("# ")
     ]
     p = ExpositionParser("samples.txt", default_ts=1.0)
@@ -80,7 +82,7 @@ def test_bad_lines_name_file_and_line_and_are_skipped() -> None:
     c = parse_bytes(p, text)
     assert sorted(p.series.names[s] for s in c.sid) == ["a", "c"]
     assert [str(i) for i in sorted(p.issues, key=lambda i: i.line)] == [
-        'rec/dcgm.om:2: unterminated label set',
+        "rec/dcgm.om:2: unterminated label set",
         "rec/dcgm.om:3: bad number in sample value",
     ]
 

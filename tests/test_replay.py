@@ -29,7 +29,9 @@ def test_every_scenario_replays_into_the_store(name: str, db: Path) -> None:
         for e in expect["expect"]:
             assert e["node"] in nodes
         # every GPU of every node is in the inventory with its UUID and PCI id, 8 per node
-        per_node = s.query("SELECT node, count(DISTINCT gpu) AS n, count(DISTINCT uuid) AS u FROM gpus GROUP BY node")
+        per_node = s.query(
+            "SELECT node, count(DISTINCT gpu) AS n, count(DISTINCT uuid) AS u FROM gpus GROUP BY node"
+        )
         assert all(r["n"] == 8 and r["u"] == 8 for r in per_node)
         # DCGM's not-supported sentinel never reaches the store
         assert s.scalar("SELECT count(*) FROM samples WHERE value > 1e15") == 0
@@ -42,9 +44,16 @@ def test_thermal_scenario_values_are_in_canonical_units(db: Path) -> None:
             "SELECT gpu, max(value) AS t FROM samples WHERE metric = 'gpu_temp_c' GROUP BY gpu ORDER BY t DESC LIMIT 1"
         )[0]
         assert hot["gpu"] == 2 and hot["t"] > 85
-        masks = {int(r["m"]) for r in s.query("SELECT DISTINCT value AS m FROM samples WHERE metric='clock_event_reasons' AND gpu = 2")}
+        masks = {
+            int(r["m"])
+            for r in s.query(
+                "SELECT DISTINCT value AS m FROM samples WHERE metric='clock_event_reasons' AND gpu = 2"
+            )
+        }
         assert any(m & 0x20 for m in masks), "SW thermal slowdown must be present on gpu 2"
-        assert s.scalar("SELECT max(value) FROM samples WHERE metric = 'power_w'") < 710  # watts, not milliwatts
+        assert (
+            s.scalar("SELECT max(value) FROM samples WHERE metric = 'power_w'") < 710
+        )  # watts, not milliwatts
 
 
 def test_replaying_twice_stores_once(db: Path) -> None:
@@ -58,7 +67,9 @@ def test_replaying_twice_stores_once(db: Path) -> None:
 
 def test_gzip_is_read_by_content_not_by_name(tmp_path: Path, db: Path) -> None:
     plain = tmp_path / "scrape.txt"  # an uncompressed copy with a misleading name
-    plain.write_bytes(gzip.decompress((SCENARIOS / "pcie-width-degraded" / "dcgm-exporter.om.gz").read_bytes()))
+    plain.write_bytes(
+        gzip.decompress((SCENARIOS / "pcie-width-degraded" / "dcgm-exporter.om.gz").read_bytes())
+    )
     disguised = tmp_path / "data.bin"
     shutil.copy(SCENARIOS / "pcie-width-degraded" / "dcgm-exporter.om.gz", disguised)
     assert identify(plain) == identify(disguised) == "openmetrics"
@@ -82,7 +93,13 @@ def test_prometheus_scrape_named_by_unix_ms_and_node_fallback(tmp_path: Path, db
         rows = s.query("SELECT node, gpu, metric, value, epoch_ms(ts) AS ms FROM samples ORDER BY metric")
     assert rep.rows == 2  # the sentinel is dropped
     assert rows == [
-        {"node": "gpu-17", "gpu": 0, "metric": "fb_used_bytes", "value": 1024 * 1024 * 1024.0, "ms": 1796000000123},
+        {
+            "node": "gpu-17",
+            "gpu": 0,
+            "metric": "fb_used_bytes",
+            "value": 1024 * 1024 * 1024.0,
+            "ms": 1796000000123,
+        },
         {"node": "gpu-17", "gpu": 0, "metric": "gpu_temp_c", "value": 41.0, "ms": 1796000000123},
     ]
 
@@ -91,7 +108,9 @@ def test_strict_replay_stops_names_the_line_and_keeps_what_was_stored(tmp_path: 
     good = run_cli("replay", str(SCENARIOS / "app-xid" / "dcgm-exporter.om.gz"), "--db", str(db), "-q")
     assert good.returncode == 0, good.stderr
     bad = tmp_path / "bad.om"
-    bad.write_text('DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="n9"} 40 1796000000\nDCGM_FI_DEV_GPU_TEMP{gpu="0" 41 1796000001\n# EOF\n')
+    bad.write_text(
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="n9"} 40 1796000000\nDCGM_FI_DEV_GPU_TEMP{gpu="0" 41 1796000001\n# EOF\n'
+    )
     r = run_cli("replay", str(bad), "--db", str(db), "--strict")
     assert r.returncode == 3
     assert f"{bad}:2:" in r.stderr and r.stderr.count("\n") == 1
@@ -109,10 +128,19 @@ def test_own_h200_recording_replays_with_power_capping_under_gemm(db: Path) -> N
         ingest(s, H200, IngestOptions(quiet=True))
         peak = s.scalar("SELECT max(value) FROM samples WHERE metric = 'power_w'")
         limit = s.scalar("SELECT max(value) FROM samples WHERE metric = 'power_limit_w'")
-        masks = [int(r["v"]) for r in s.query("SELECT value AS v FROM samples WHERE metric = 'clock_event_reasons' ORDER BY ts")]
-        sm = s.query("SELECT min(value) AS lo, max(value) AS hi FROM samples WHERE metric = 'sm_clock_mhz'")[0]
+        masks = [
+            int(r["v"])
+            for r in s.query(
+                "SELECT value AS v FROM samples WHERE metric = 'clock_event_reasons' ORDER BY ts"
+            )
+        ]
+        sm = s.query("SELECT min(value) AS lo, max(value) AS hi FROM samples WHERE metric = 'sm_clock_mhz'")[
+            0
+        ]
         info = s.query("SELECT model, driver, uuid FROM gpus")[0]
     assert limit == 700.0 and 680 < peak <= 705
     assert any(m & 0x4 for m in masks) and not any(m & 0xE8 for m in masks)  # power cap, never a slowdown
     assert sm["hi"] == 1980 and sm["lo"] < 1980
-    assert info["model"] == "NVIDIA H200" and info["driver"] == "580.159.04" and info["uuid"].startswith("GPU-")
+    assert (
+        info["model"] == "NVIDIA H200" and info["driver"] == "580.159.04" and info["uuid"].startswith("GPU-")
+    )

@@ -17,7 +17,9 @@ from fleettool.store import Store, StoreCorrupt, StoreError, StoreLocked
 def test_samples_and_events_round_trip(db: Path) -> None:
     t = 1_796_000_000.0
     with Store(db) as s:
-        s.write_samples([Sample(t + i, "gpu-1", i % 2, f"GPU-{i % 2}", "power_w", 100.0 + i) for i in range(10)])
+        s.write_samples(
+            [Sample(t + i, "gpu-1", i % 2, f"GPU-{i % 2}", "power_w", 100.0 + i) for i in range(10)]
+        )
         s.write_events([Event(t, "gpu-1", "xid", "Xid 79", gpu=1, code=79, pci_bus_id="0000:18:00")])
     with Store(db, read_only=True) as r:
         assert r.scalar("SELECT count(*) FROM samples WHERE gpu = 1") == 5
@@ -71,12 +73,16 @@ def test_foreign_duckdb_file_is_not_taken_for_ours(tmp_path: Path) -> None:
 def test_locked_file_times_out_with_store_locked(db: Path) -> None:
     Store(db).close()
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import duckdb, sys, time
             con = duckdb.connect({str(db)!r})
             print("held", flush=True)
             time.sleep(30)
-        """)],
+        """),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

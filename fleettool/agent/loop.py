@@ -9,6 +9,7 @@ rows are dropped and counted. SIGTERM/SIGINT stop the loop after a final flush.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import threading
@@ -107,7 +108,9 @@ class Agent:
             if not ok:
                 msg = f"collector {c.id} unavailable: {c.reason}"
                 self.log(msg + " (will retry)")
-                self._add(Collected(events=[Event(now, self.cfg.node, EventKind.AGENT.value, msg, source=c.id)]))
+                self._add(
+                    Collected(events=[Event(now, self.cfg.node, EventKind.AGENT.value, msg, source=c.id)])
+                )
 
     def run(self) -> AgentStats:
         self.start()
@@ -133,10 +136,8 @@ class Agent:
             for r in self.runners.values():
                 r.close()
             for c in self.collectors:
-                try:
+                with contextlib.suppress(Exception):  # closing a broken driver must not mask the flush
                     c.close()
-                except Exception:  # closing a broken driver must not mask the flush
-                    pass
         return self.stats
 
     def tick(self) -> None:
@@ -158,7 +159,9 @@ class Agent:
                     up = 0.0
             elif res.status == "hung":
                 up, hung = 0.0, 1.0
-                self._event(now, f"collector {cid} hung for more than {self.cfg.watchdog_s:g}s in {res.detail}", cid)
+                self._event(
+                    now, f"collector {cid} hung for more than {self.cfg.watchdog_s:g}s in {res.detail}", cid
+                )
                 self.log(f"collector {cid} hung in {res.detail}")
             elif res.status == "still-hung":
                 up, hung = 0.0, 1.0
@@ -176,7 +179,16 @@ class Agent:
                     Sample(now, n, None, None, "agent_collector_duration_s", round(res.duration_s, 6), sub),
                 ]
                 if cid == "nvml":
-                    rows.append(Sample(now, n, None, None, "agent_nvml_available", 0.0 if runner.collector.reason else 1.0))
+                    rows.append(
+                        Sample(
+                            now,
+                            n,
+                            None,
+                            None,
+                            "agent_nvml_available",
+                            0.0 if runner.collector.reason else 1.0,
+                        )
+                    )
                 self._add(Collected(samples=rows))
         if health_due:
             self._last_health = now
@@ -185,8 +197,12 @@ class Agent:
                 Collected(
                     samples=[
                         Sample(now, n, None, None, "agent_buffer_rows", float(self.buf.rows())),
-                        Sample(now, n, None, None, "agent_flush_failures_total", float(self.stats.flush_failures)),
-                        Sample(now, n, None, None, "agent_dropped_rows_total", float(self.stats.dropped_rows)),
+                        Sample(
+                            now, n, None, None, "agent_flush_failures_total", float(self.stats.flush_failures)
+                        ),
+                        Sample(
+                            now, n, None, None, "agent_dropped_rows_total", float(self.stats.dropped_rows)
+                        ),
                     ]
                 )
             )
@@ -235,10 +251,8 @@ class Agent:
                 store.apply_retention(now, self.cfg.raw_keep_s, self.cfg.rollup_keep_s)
                 self._last_retention = now
         except Exception as e:  # disk full, I/O error: keep the buffer, try again next time
-            try:
+            with contextlib.suppress(Exception):
                 store.rollback()
-            except Exception:
-                pass
             store.close()
             self._flush_failed(e)
             return False
@@ -256,5 +270,9 @@ class Agent:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         if msg != self.stats.last_flush_error:
             self.log(f"flush failed, keeping {self.buf.rows()} rows in memory: {msg}")
-            self.buf.events.append(Event(self.clock(), self.cfg.node, EventKind.AGENT.value, f"flush failed: {msg}", source="agent"))
+            self.buf.events.append(
+                Event(
+                    self.clock(), self.cfg.node, EventKind.AGENT.value, f"flush failed: {msg}", source="agent"
+                )
+            )
         self.stats.last_flush_error = msg

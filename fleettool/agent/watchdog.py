@@ -58,7 +58,9 @@ class CollectorRunner:
     def run(self, now: float) -> RunResult:
         if self._stuck is not None:
             if not self._stuck.done.is_set():
-                return RunResult(None, "still-hung", time.monotonic() - self._stuck_since, self.hung_call or "")
+                return RunResult(
+                    None, "still-hung", time.monotonic() - self._stuck_since, self.hung_call or ""
+                )
             late, self._stuck = self._stuck, None
             self.hung_call = None
             return RunResult(late.result, "recovered", time.monotonic() - self._stuck_since)

@@ -10,17 +10,27 @@ import typer
 
 from fleettool.cli.common import DEFAULT_DB, hostname, parse_duration
 
-SourceOpt = Annotated[str, typer.Option("--source", help="nvml (live), or fake (recorded H200 data, no GPU needed)")]
+SourceOpt = Annotated[
+    str, typer.Option("--source", help="nvml (live), or fake (recorded H200 data, no GPU needed)")
+]
 GpusOpt = Annotated[int, typer.Option("--gpus", help="GPUs the fake source pretends to have")]
 InjectOpt = Annotated[
     list[str] | None,
-    typer.Option("--inject", help="fault for the fake source, e.g. xid:79@gpu=3, thermal@gpu=1,after=30 (repeatable)"),
+    typer.Option(
+        "--inject", help="fault for the fake source, e.g. xid:79@gpu=3, thermal@gpu=1,after=30 (repeatable)"
+    ),
 ]
 
 
 def _build(
-    node: str, source: str, gpus: int, inject: list[str] | None, recording: Path | None, fake_costs: bool,
-    interval: float, expect_gpus: int | None,
+    node: str,
+    source: str,
+    gpus: int,
+    inject: list[str] | None,
+    recording: Path | None,
+    fake_costs: bool,
+    interval: float,
+    expect_gpus: int | None,
 ) -> list:  # type: ignore[type-arg]
     from fleettool.collectors.nvml import NvmlCollector
     from fleettool.sources.base import GpuSource
@@ -52,19 +62,31 @@ def register(app: typer.Typer) -> None:
         node: Annotated[str, typer.Option(help="node name (default: this host)")] = "",
         interval: Annotated[str, typer.Option(help="sampling interval of the cheap gauges")] = "1s",
         flush: Annotated[str, typer.Option(help="how often buffered rows go to the database")] = "30s",
-        watchdog: Annotated[str, typer.Option(help="a collection slower than this marks the collector hung")] = "5s",
+        watchdog: Annotated[
+            str, typer.Option(help="a collection slower than this marks the collector hung")
+        ] = "5s",
         source: SourceOpt = "nvml",
         gpus: GpusOpt = 8,
         inject: InjectOpt = None,
         recording: Annotated[Path | None, typer.Option(help="recording the fake source plays")] = None,
-        fake_costs: Annotated[bool, typer.Option(help="fake source spins for the measured H200 cost of each call")] = False,
-        no_collector: Annotated[list[str] | None, typer.Option("--no-collector", help="disable a collector by id (repeatable)")] = None,
+        fake_costs: Annotated[
+            bool, typer.Option(help="fake source spins for the measured H200 cost of each call")
+        ] = False,
+        no_collector: Annotated[
+            list[str] | None, typer.Option("--no-collector", help="disable a collector by id (repeatable)")
+        ] = None,
         expect_gpus: Annotated[int | None, typer.Option(help="GPUs this node should have")] = None,
-        raw_retention: Annotated[str, typer.Option(help="keep raw samples this long, then 1-minute rollups")] = "7d",
+        raw_retention: Annotated[
+            str, typer.Option(help="keep raw samples this long, then 1-minute rollups")
+        ] = "7d",
         rollup_retention: Annotated[str, typer.Option(help="keep 1-minute rollups this long")] = "400d",
-        metrics_port: Annotated[int | None, typer.Option(help="serve Prometheus /metrics on this port")] = None,
+        metrics_port: Annotated[
+            int | None, typer.Option(help="serve Prometheus /metrics on this port")
+        ] = None,
         metrics_addr: Annotated[str, typer.Option(help="address for /metrics")] = "0.0.0.0",
-        duration: Annotated[str | None, typer.Option(help="stop after this long (default: run until SIGTERM)")] = None,
+        duration: Annotated[
+            str | None, typer.Option(help="stop after this long (default: run until SIGTERM)")
+        ] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
     ) -> None:
         """Collect telemetry into the database until SIGTERM (which flushes first).
@@ -97,7 +119,11 @@ def register(app: typer.Typer) -> None:
         if metrics_port is not None:
             from fleettool.export.metrics_server import AgentMetrics, serve
 
-            serve(metrics_port, metrics_addr, AgentMetrics(name, lambda: dict(ag.latest), lambda: dict(ag.event_counts)))
+            serve(
+                metrics_port,
+                metrics_addr,
+                AgentMetrics(name, lambda: dict(ag.latest), lambda: dict(ag.event_counts)),
+            )
         stats = ag.run()
         if not quiet:
             print(
@@ -116,7 +142,9 @@ def register(app: typer.Typer) -> None:
         gpus: GpusOpt = 1,
         inject: InjectOpt = None,
         recording: Annotated[Path | None, typer.Option(help="recording the fake source plays")] = None,
-        all_tiers_every: Annotated[str | None, typer.Option(help="sample every tier this often (default: tiered by cost)")] = None,
+        all_tiers_every: Annotated[
+            str | None, typer.Option(help="sample every tier this often (default: tiered by cost)")
+        ] = None,
     ) -> None:
         """Record telemetry as a recording directory: nvml.om.gz (OpenMetrics with timestamps) and
         kernel.log (events as kernel-log lines). Replays with `fleettool replay DIR`.
@@ -135,7 +163,9 @@ def register(app: typer.Typer) -> None:
             for c in collectors:
                 c.tier_s = {Tier.FAST: ivl, Tier.MEDIUM: every, Tier.DEAR: every, Tier.STATIC: every}
         writer = RecordingWriter(out, name)
-        cfg = AgentConfig(db=None, node=name, interval_s=ivl, duration_s=parse_duration(duration), quiet=False)
+        cfg = AgentConfig(
+            db=None, node=name, interval_s=ivl, duration_s=parse_duration(duration), quiet=False
+        )
         ag = Agent(cfg, collectors, sink=writer.add)
         ag.install_signals()
         stats = ag.run()

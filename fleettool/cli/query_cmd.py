@@ -28,11 +28,15 @@ def _print_table(rows: list[dict[str, Any]], cols: list[str]) -> None:
     if not rows:
         print("(none)")
         return
-    width = {c: max(len(c), *(len(str(r.get(c) if r.get(c) is not None else "")) for r in rows)) for c in cols}
+    width = {
+        c: max(len(c), *(len(str(r.get(c) if r.get(c) is not None else "")) for r in rows)) for c in cols
+    }
     width = {c: min(w, 80) for c, w in width.items()}
     print("  ".join(c.upper().ljust(width[c]) for c in cols))
     for r in rows:
-        print("  ".join(str(r.get(c) if r.get(c) is not None else "")[: width[c]].ljust(width[c]) for c in cols))
+        print(
+            "  ".join(str(r.get(c) if r.get(c) is not None else "")[: width[c]].ljust(width[c]) for c in cols)
+        )
 
 
 def register(app: typer.Typer) -> None:
@@ -41,14 +45,17 @@ def register(app: typer.Typer) -> None:
         db: DbOpt = DEFAULT_DB,
         json_out: JsonOpt = False,
         node: Annotated[str | None, typer.Option(help="only this node")] = None,
-        kind: Annotated[str | None, typer.Option(help="only this kind (xid, sxid, fell-off-bus, nvml-error, agent)")] = None,
+        kind: Annotated[
+            str | None, typer.Option(help="only this kind (xid, sxid, fell-off-bus, nvml-error, agent)")
+        ] = None,
         limit: Annotated[int, typer.Option(help="at most this many, newest first")] = 1000,
     ) -> None:
         """List events (XID lines, NVML errors, agent health changes), newest first.
 
         Example: fleettool events --db fleet.duckdb --kind xid --json
         """
-        where, params = [], []
+        where: list[str] = []
+        params: list[Any] = []
         if node:
             where.append("node = ?")
             params.append(node)
@@ -86,7 +93,9 @@ def register(app: typer.Typer) -> None:
     def alerts(
         db: DbOpt = DEFAULT_DB,
         json_out: JsonOpt = False,
-        state: Annotated[str | None, typer.Option(help="only alerts in this state (firing, pending, resolved)")] = None,
+        state: Annotated[
+            str | None, typer.Option(help="only alerts in this state (firing, pending, resolved)")
+        ] = None,
     ) -> None:
         """List alerts, worst and newest first.
 
@@ -110,7 +119,9 @@ def register(app: typer.Typer) -> None:
             json.dump(out, sys.stdout, indent=1)
             print()
         else:
-            _print_table(out, ["severity", "category", "node", "gpu", "action", "state", "last_seen", "summary"])
+            _print_table(
+                out, ["severity", "category", "node", "gpu", "action", "state", "last_seen", "summary"]
+            )
 
     @app.command()
     def gpus(db: DbOpt = DEFAULT_DB, json_out: JsonOpt = False) -> None:

@@ -52,8 +52,16 @@ def _replay(db: Path, src: Path, node: str | None, strict: bool, as_json: bool, 
         print()
         return
     for r in reports:
-        what = f"{r.rows} samples" + (f", {r.events} events" if r.events else "") + (f", {r.runs} runs" if r.runs else "")
-        status = f"skipped: {r.skipped}" if r.skipped else what + (f", {len(r.issues)} bad lines skipped" if r.issues else "")
+        what = (
+            f"{r.rows} samples"
+            + (f", {r.events} events" if r.events else "")
+            + (f", {r.runs} runs" if r.runs else "")
+        )
+        status = (
+            f"skipped: {r.skipped}"
+            if r.skipped
+            else what + (f", {len(r.issues)} bad lines skipped" if r.issues else "")
+        )
         print(f"{r.path} [{r.format}] {status}")
     print()
     print(render_text(summaries))
@@ -62,10 +70,14 @@ def _replay(db: Path, src: Path, node: str | None, strict: bool, as_json: bool, 
 def register(app: typer.Typer) -> None:
     @app.command()
     def replay(
-        recording: Annotated[Path, typer.Argument(help="a recording directory or one file (.gz read transparently)")],
+        recording: Annotated[
+            Path, typer.Argument(help="a recording directory or one file (.gz read transparently)")
+        ],
         db: Annotated[Path, typer.Option(help="DuckDB file to ingest into")] = DEFAULT_DB,
         node: Annotated[str | None, typer.Option(help="node name for files that do not name one")] = None,
-        strict: Annotated[bool, typer.Option(help="stop at the first malformed line (default: skip it)")] = False,
+        strict: Annotated[
+            bool, typer.Option(help="stop at the first malformed line (default: skip it)")
+        ] = False,
         json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="do not list skipped lines")] = False,
     ) -> None:
@@ -80,7 +92,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def demo(
-        recording: Annotated[Path | None, typer.Argument(help="recording to show (default: the bundled one)")] = None,
+        recording: Annotated[
+            Path | None, typer.Argument(help="recording to show (default: the bundled one)")
+        ] = None,
     ) -> None:
         """Replay the bundled recording into a temporary store and show what it found. No GPU, no server.
 

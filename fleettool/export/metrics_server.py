@@ -25,7 +25,9 @@ class AgentMetrics(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         fams: dict[str, tuple[GaugeMetricFamily, list[str]]] = {}
-        for (metric, gpu, uuid, sub), value in sorted(self.latest().items(), key=lambda kv: (kv[0][0], kv[0][1] or -1, kv[0][3])):
+        for (metric, gpu, uuid, sub), value in sorted(
+            self.latest().items(), key=lambda kv: (kv[0][0], kv[0][1] or -1, kv[0][3])
+        ):
             sub_key, _, sub_val = sub.partition("=")
             labels = ["hostname", "gpu", "UUID"] + ([sub_key] if sub_key else [])
             name = own_metric_name(metric)
@@ -37,7 +39,9 @@ class AgentMetrics(Collector):
             vals = [self.node, "" if gpu is None else str(gpu), uuid or ""] + ([sub_val] if sub_key else [])
             fam.add_metric(vals, value)
         yield from (f for f, _ in fams.values())
-        ev = CounterMetricFamily("fleettool_events", "Events seen by the agent", labels=["hostname", "kind", "code"])
+        ev = CounterMetricFamily(
+            "fleettool_events", "Events seen by the agent", labels=["hostname", "kind", "code"]
+        )
         for (kind, code), n in sorted(self.counts().items(), key=lambda kv: (kv[0][0], kv[0][1] or -1)):
             ev.add_metric([self.node, kind, "" if code is None else str(code)], n)
         yield ev

@@ -50,7 +50,7 @@ def parse_series(series: str) -> tuple[str, dict[str, str]]:
             break
         m = _LABEL.match(body, pos)
         if not m:
-            raise ValueError(f"bad label set near {body[pos:pos + 30]!r}")
+            raise ValueError(f"bad label set near {body[pos : pos + 30]!r}")
         labels[m.group(1)] = _unescape(m.group(2))
         pos = m.end()
     return name, labels
@@ -232,7 +232,12 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
     sp2 = np.where(have2, spaces[np.maximum(k - 2, 0)] if len(spaces) else 0, -1)
     before = buf[np.maximum(sp2 - 1, 0)]
     fast = (
-        (firstc != 35) & have2 & (sp2 > starts) & (before == 125) & (sp1 > sp2 + 1) & (sp1 < ends - 1)
+        (firstc != 35)
+        & have2
+        & (sp2 > starts)
+        & (before == 125)
+        & (sp1 > sp2 + 1)
+        & (sp1 < ends - 1)
         & (ends - sp2 <= _TAIL)
     )
     # a '#' inside a line means an OpenMetrics exemplar: leave those lines to the slow path
@@ -320,10 +325,10 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
         for i in slow_idx.tolist():
             line = data[starts[i] : ends[i]].decode("utf-8", "replace")
             parser._lineno = int(linenos[i]) - 1
-            c = parser.feed([line])
-            extra.sid.extend(c.sid)
-            extra.ts.extend(c.ts)
-            extra.value.extend(c.value)
+            one = parser.feed([line])
+            extra.sid.extend(one.sid)
+            extra.ts.extend(one.ts)
+            extra.value.extend(one.value)
         if extra.sid:
             out = Chunk(
                 np.concatenate((out.sid, np.asarray(extra.sid, dtype=np.int64))),

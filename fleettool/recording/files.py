@@ -85,7 +85,9 @@ def _looks_like_sample(line: str) -> bool:
     if line.startswith("#"):
         return False
     name = line.split("{", 1)[0].split(" ", 1)[0]
-    return bool(name) and (name.startswith(("DCGM_", "fleettool_")) or ("{" in line and "=\"" in line and "}" in line))
+    return bool(name) and (
+        name.startswith(("DCGM_", "fleettool_")) or ("{" in line and '="' in line and "}" in line)
+    )
 
 
 def _fractional_ts(lines: list[str]) -> bool:

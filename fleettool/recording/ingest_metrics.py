@@ -36,9 +36,9 @@ class SeriesMap:
     unknown_names: set[str] = field(default_factory=set)
 
 
-def map_series(name: str, labels: dict[str, str], default_node: str) -> tuple[
-    str | None, str, int | None, str | None, str, float, GpuInfo | None
-]:
+def map_series(
+    name: str, labels: dict[str, str], default_node: str
+) -> tuple[str | None, str, int | None, str | None, str, float, GpuInfo | None]:
     """One series -> (metric or None, node, gpu, uuid, sub, scale, gpu inventory row)."""
     metric: str | None = None
     scale = 1.0
@@ -165,4 +165,3 @@ def iter_metric_tables(
             yield ing.table(chunk)
 
     return parser, ing, gen()
-

@@ -76,7 +76,9 @@ def digest_file(path: Path) -> str:
 def recording_files(root: Path) -> list[Path]:
     if root.is_file():
         return [root]
-    return sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".") and p.name != "expect.json")
+    return sorted(
+        p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".") and p.name != "expect.json"
+    )
 
 
 def ingest(store: Store, root: Path, opts: IngestOptions | None = None) -> list[FileReport]:
@@ -99,7 +101,9 @@ def ingest(store: Store, root: Path, opts: IngestOptions | None = None) -> list[
         store.begin()
         try:
             reader(store, path, opts, rep)
-            store.record_ingest(digest, str(path), fmt, ",".join(sorted(rep.nodes)) or None, rep.rows, len(rep.issues))
+            store.record_ingest(
+                digest, str(path), fmt, ",".join(sorted(rep.nodes)) or None, rep.rows, len(rep.issues)
+            )
             store.commit()
         except ParseError:
             store.rollback()
@@ -111,7 +115,10 @@ def ingest(store: Store, root: Path, opts: IngestOptions | None = None) -> list[
             for issue in rep.issues[: opts.max_issue_lines]:
                 print(f"fleettool: {issue} (skipped)", file=sys.stderr)
             if len(rep.issues) > opts.max_issue_lines:
-                print(f"fleettool: {path}: {len(rep.issues) - opts.max_issue_lines} more bad lines skipped", file=sys.stderr)
+                print(
+                    f"fleettool: {path}: {len(rep.issues) - opts.max_issue_lines} more bad lines skipped",
+                    file=sys.stderr,
+                )
         reports.append(rep)
     return reports
 
@@ -121,7 +128,9 @@ def _load_readers() -> None:
     from fleettool.recording import readers  # noqa: F401
 
 
-def read_own_openmetrics(path: Path) -> tuple[list[tuple[float, int | None, str, str, float]], dict[str, str]]:
+def read_own_openmetrics(
+    path: Path,
+) -> tuple[list[tuple[float, int | None, str, str, float]], dict[str, str]]:
     """A fleettool recording of NVML series -> rows (ts, gpu, metric, sub, value) and GPU facts (model, driver)."""
     from fleettool.recording.ingest_metrics import iter_metric_tables
 
@@ -129,7 +138,9 @@ def read_own_openmetrics(path: Path) -> tuple[list[tuple[float, int | None, str,
     rows: list[tuple[float, int | None, str, str, float]] = []
     for t in tables:  # type: ignore[attr-defined]
         d = t.to_pydict()
-        for ts, gpu, metric, sub, value in zip(d["ts"], d["gpu"], d["metric"], d["sub"], d["value"], strict=True):
+        for ts, gpu, metric, sub, value in zip(
+            d["ts"], d["gpu"], d["metric"], d["sub"], d["value"], strict=True
+        ):
             rows.append((ts.timestamp() if hasattr(ts, "timestamp") else float(ts), gpu, metric, sub, value))
     info: dict[str, str] = {}
     for g in ing.map.gpus.values():

@@ -34,7 +34,9 @@ class RecordingWriter:
     def __init__(self, out: Path, node: str) -> None:
         self.out = out
         self.node = node
-        self.series: dict[tuple[str, int | None, str | None, str], list[tuple[float, float]]] = defaultdict(list)
+        self.series: dict[tuple[str, int | None, str | None, str], list[tuple[float, float]]] = defaultdict(
+            list
+        )
         self.events: list[tuple[float, str]] = []
         self.gpus: dict[int | None, GpuInfo] = {}
 
@@ -47,7 +49,7 @@ class RecordingWriter:
             if e.ts is None:
                 continue
             if e.kind == EventKind.XID.value and e.code is not None:
-                pci = (e.pci_bus_id or "0000:00:00")
+                pci = e.pci_bus_id or "0000:00:00"
                 line = f"NVRM: Xid (PCI:{pci}): {e.code}, pid='<unknown>', name=<unknown>, {e.message}"
             else:
                 line = f"fleettool[{e.source or 'agent'}]: {e.kind}: {e.message}"
@@ -84,7 +86,9 @@ class RecordingWriter:
                 f.write(f"# TYPE {name} gauge\n")
                 if d is not None:
                     f.write(f"# HELP {name} {d.help} ({d.unit}, {d.kind})\n")
-                for gpu, uuid, sub in sorted(by_metric[metric], key=lambda k: (k[0] is None, k[0] or 0, k[2])):
+                for gpu, uuid, sub in sorted(
+                    by_metric[metric], key=lambda k: (k[0] is None, k[0] or 0, k[2])
+                ):
                     lab = self._labels(gpu, uuid, sub)
                     for ts, v in self.series[(metric, gpu, uuid, sub)]:
                         f.write(f"{name}{lab} {_fmt(v)} {ts:.3f}\n")

@@ -47,7 +47,10 @@ READS: dict[str, tuple[Tier, tuple[str, ...]]] = {
     "clock_events": (Tier.FAST, ("clock_event_reasons",)),
     "mem_temperature": (Tier.MEDIUM, ("mem_temp_c",)),
     "power_limit": (Tier.MEDIUM, ("power_limit_w",)),
-    "ecc": (Tier.MEDIUM, ("ecc_mode", "ecc_sbe_volatile", "ecc_dbe_volatile", "ecc_sbe_aggregate", "ecc_dbe_aggregate")),
+    "ecc": (
+        Tier.MEDIUM,
+        ("ecc_mode", "ecc_sbe_volatile", "ecc_dbe_volatile", "ecc_sbe_aggregate", "ecc_dbe_aggregate"),
+    ),
     "remapped_rows": (
         Tier.MEDIUM,
         ("remap_correctable_rows", "remap_uncorrectable_rows", "remap_pending", "remap_failure"),

@@ -231,7 +231,9 @@ class FakeSource:
         finally:
             self._inflight = None
 
-    def _apply(self, index: int, what: str, rows: list[Row], active: list[Injection], now: float) -> list[Row]:
+    def _apply(
+        self, index: int, what: str, rows: list[Row], active: list[Injection], now: float
+    ) -> list[Row]:
         vals = {(m, s): v for m, s, v in rows}
         for j in active:
             k = j.kind
@@ -248,7 +250,11 @@ class FakeSource:
                 if ("sm_clock_mhz", "") in vals:
                     vals[("sm_clock_mhz", "")] = 690.0
             elif k == "dbe":
-                for m, add in (("ecc_dbe_volatile", 1.0), ("ecc_dbe_aggregate", 1.0), ("remap_uncorrectable_rows", 1.0)):
+                for m, add in (
+                    ("ecc_dbe_volatile", 1.0),
+                    ("ecc_dbe_aggregate", 1.0),
+                    ("remap_uncorrectable_rows", 1.0),
+                ):
                     if (m, "") in vals:
                         vals[(m, "")] += add
                 if ("remap_pending", "") in vals:
@@ -266,7 +272,7 @@ class FakeSource:
         return [(m, s, v) for (m, s), v in vals.items()]
 
     def poll_xids(self, now: float) -> list[XidNotice]:
-        out = []
+        out: list[XidNotice] = []
         for j in self._active(now):
             if j.fired:
                 continue

@@ -7,10 +7,19 @@ The call in flight is kept in `inflight` so the agent's watchdog can name a hung
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from fleettool.sources.base import DeviceInfo, GpuLost, NotSupported, Row, SourceError, SourceUnavailable, XidNotice
+from fleettool.sources.base import (
+    DeviceInfo,
+    GpuLost,
+    NotSupported,
+    Row,
+    SourceError,
+    SourceUnavailable,
+    XidNotice,
+)
 
 # NVML return codes (nvml.h)
 _NOT_SUPPORTED = {3, 13}  # NOT_SUPPORTED, FUNCTION_NOT_FOUND
@@ -138,7 +147,13 @@ class NvmlSource:
         return self._call(f"{name}(gpu {index})", getattr(self._nv, name), *args)
 
     def _read_temperature(self, i: int, h: Any) -> list[Row]:
-        return [("gpu_temp_c", "", float(self._c(i, "nvmlDeviceGetTemperature", h, self._nv.NVML_TEMPERATURE_GPU)))]
+        return [
+            (
+                "gpu_temp_c",
+                "",
+                float(self._c(i, "nvmlDeviceGetTemperature", h, self._nv.NVML_TEMPERATURE_GPU)),
+            )
+        ]
 
     def _read_power(self, i: int, h: Any) -> list[Row]:
         return [("power_w", "", self._c(i, "nvmlDeviceGetPowerUsage", h) / 1000.0)]
@@ -207,11 +222,15 @@ class NvmlSource:
 
     def _read_remap_histogram(self, i: int, h: Any) -> list[Row]:
         v = self._c(i, "nvmlDeviceGetRowRemapperHistogram", h)
-        return [(f"remap_bank_{k}", "", float(getattr(v, k))) for k in ("max", "high", "partial", "low", "none")]
+        return [
+            (f"remap_bank_{k}", "", float(getattr(v, k))) for k in ("max", "high", "partial", "low", "none")
+        ]
 
     def _read_retired_pages(self, i: int, h: Any) -> list[Row]:
         nv = self._nv
-        sbe = self._c(i, "nvmlDeviceGetRetiredPages", h, nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS)
+        sbe = self._c(
+            i, "nvmlDeviceGetRetiredPages", h, nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+        )
         dbe = self._c(i, "nvmlDeviceGetRetiredPages", h, nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
         pend = self._c(i, "nvmlDeviceGetRetiredPagesPendingStatus", h)
         return [
@@ -228,10 +247,8 @@ class NvmlSource:
 
     def _read_persistence(self, i: int, h: Any) -> list[Row]:
         rows: list[Row] = [("persistence_mode", "", float(self._c(i, "nvmlDeviceGetPersistenceMode", h)))]
-        try:
+        with contextlib.suppress(NotSupported):
             rows.append(("pstate", "", float(self._c(i, "nvmlDeviceGetPerformanceState", h))))
-        except NotSupported:
-            pass
         return rows
 
     def _read_energy(self, i: int, h: Any) -> list[Row]:
@@ -269,7 +286,9 @@ class NvmlSource:
             rows.append(("nvlink_link_up", sub, float(up)))
             for metric, counter in counters:
                 try:
-                    rows.append((metric, sub, float(self._c(i, "nvmlDeviceGetNvLinkErrorCounter", h, link, counter))))
+                    rows.append(
+                        (metric, sub, float(self._c(i, "nvmlDeviceGetNvLinkErrorCounter", h, link, counter)))
+                    )
                 except NotSupported:
                     continue
         return rows
@@ -278,8 +297,16 @@ class NvmlSource:
         nv = self._nv
         rows: list[Row] = []
         for metric, fn, args in (
-            ("temp_slowdown_c", "nvmlDeviceGetTemperatureThreshold", (nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,)),
-            ("temp_shutdown_c", "nvmlDeviceGetTemperatureThreshold", (nv.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,)),
+            (
+                "temp_slowdown_c",
+                "nvmlDeviceGetTemperatureThreshold",
+                (nv.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN,),
+            ),
+            (
+                "temp_shutdown_c",
+                "nvmlDeviceGetTemperatureThreshold",
+                (nv.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,),
+            ),
             ("temp_gpu_max_c", "nvmlDeviceGetTemperatureThreshold", (nv.NVML_TEMPERATURE_THRESHOLD_GPU_MAX,)),
             ("temp_mem_max_c", "nvmlDeviceGetTemperatureThreshold", (nv.NVML_TEMPERATURE_THRESHOLD_MEM_MAX,)),
             ("sm_clock_max_mhz", "nvmlDeviceGetMaxClockInfo", (nv.NVML_CLOCK_SM,)),
@@ -341,4 +368,3 @@ def _field_value(v: Any) -> float:
         5: lambda: val.siVal,
         6: lambda: val.usVal,
     }.get(t, lambda: val.ullVal)()
-

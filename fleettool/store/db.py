@@ -38,7 +38,13 @@ def _classify(path: str, err: Exception) -> StoreError:
     low = msg.lower()
     if "lock" in low or "conflicting" in low or "resource temporarily unavailable" in low:
         return StoreLocked(f"{path}: database is locked by another process ({msg})")
-    if "not a valid duckdb" in low or "corrupt" in low or "invalid" in low or "serialization" in low or "magic" in low:
+    if (
+        "not a valid duckdb" in low
+        or "corrupt" in low
+        or "invalid" in low
+        or "serialization" in low
+        or "magic" in low
+    ):
         return StoreCorrupt(f"{path}: not a readable fleettool database ({msg})")
     return StoreError(f"{path}: {msg}")
 
@@ -84,7 +90,12 @@ class Store:
     """One DuckDB file (or ':memory:'). Use as a context manager; writes are batched Arrow inserts."""
 
     def __init__(
-        self, path: str | Path = ":memory:", *, read_only: bool = False, wait_s: float = 5.0, migrate: bool = True
+        self,
+        path: str | Path = ":memory:",
+        *,
+        read_only: bool = False,
+        wait_s: float = 5.0,
+        migrate: bool = True,
     ) -> None:
         self.path = str(path)
         self.read_only = read_only
@@ -104,9 +115,7 @@ class Store:
     def _migrate(self) -> None:
         for stmt in DDL:
             self.con.execute(stmt)
-        self.con.execute(
-            "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)]
-        )
+        self.con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
 
     def _check_schema(self) -> None:
         try:
@@ -196,7 +205,9 @@ class Store:
     def seen_digest(self, digest: str) -> bool:
         return bool(self.con.execute("SELECT 1 FROM ingests WHERE digest = ?", [digest]).fetchall())
 
-    def record_ingest(self, digest: str, path: str, fmt: str, node: str | None, rows: int, issues: int) -> None:
+    def record_ingest(
+        self, digest: str, path: str, fmt: str, node: str | None, rows: int, issues: int
+    ) -> None:
         self.con.execute(
             "INSERT OR REPLACE INTO ingests VALUES (?, ?, ?, ?, ?, ?, now()::TIMESTAMP)",
             [digest, path, fmt, node, rows, issues],
