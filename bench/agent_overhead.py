@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--costs", action="store_true")
     ap.add_argument("--recording", type=Path, default=None)
     ap.add_argument("--seconds", type=float, default=60)
-    ap.add_argument("--flush", type=float, default=15)
+    ap.add_argument("--flush", type=float, default=30)  # the agent's default
     ap.add_argument("--db", type=Path, default=None)
     a = ap.parse_args()
     db = a.db or Path(tempfile.mkdtemp()) / "agent.duckdb"
