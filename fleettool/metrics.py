@@ -217,21 +217,12 @@ _LINK_METRIC = {
     "RECOVERY": "nvlink_recovery_errors_total",
 }
 
-# DCGM's "blank" sentinels (dcgm_structs.h): values at or above these mean not supported / not found.
+# DCGM's "blank" sentinels (dcgm_structs.h): not supported / not found. The int64 and fp64 blanks (>= 2**47)
+# are never readings; the int32 ones (0x7ffffff0..0x7fffffff) only count for int32 (gauge) fields, since a
+# 64-bit counter may pass through that range. Dropped in recording/ingest_metrics.py.
 DCGM_INT64_BLANK = 0x7FFFFFFFFFFFFFF0
 DCGM_INT32_BLANK = 0x7FFFFFF0
 DCGM_FP64_BLANK = 140737488355328.0
-
-
-def is_dcgm_blank(value: float, int32_field: bool = True) -> bool:
-    """True for DCGM's not-supported/not-found sentinels.
-
-    The int64 and fp64 blanks (>= 2**47) are never real readings. The int32 blanks (0x7ffffff0..0x7fffffff) are
-    checked only for fields that DCGM keeps as int32 (gauges), since a 64-bit counter may pass through that range.
-    """
-    if value >= DCGM_FP64_BLANK:
-        return True
-    return int32_field and DCGM_INT32_BLANK <= value <= DCGM_INT32_BLANK + 15
 
 
 def map_dcgm_name(name: str) -> tuple[str, float, str] | None:

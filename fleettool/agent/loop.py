@@ -81,7 +81,6 @@ class Agent:
         self._health: dict[str, tuple[float, float]] = {}  # collector -> (up, hung)
         self._last_health = -1e18
         self._last_retention = -1e18
-        self._available: dict[str, bool] = {}
         self._started = False
 
     # -- control ------------------------------------------------------------------------------------------
@@ -103,9 +102,7 @@ class Agent:
         self._started = True
         now = self.clock()
         for c in self.collectors:
-            ok = c.start()
-            self._available[c.id] = ok
-            if not ok:
+            if not c.start():
                 msg = f"collector {c.id} unavailable: {c.reason}"
                 self.log(msg + " (will retry)")
                 self._add(

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fleettool.formats.openmetrics import Chunk, ExpositionParser, parse_stream
-from fleettool.metrics import METRICS, OWN_PREFIX, map_dcgm_name
+from fleettool.metrics import DCGM_FP64_BLANK, DCGM_INT32_BLANK, METRICS, OWN_PREFIX, map_dcgm_name
 from fleettool.model import GpuInfo, normalize_pci_bus_id
 from fleettool.recording.files import iter_blocks
 
@@ -122,7 +122,9 @@ class MetricsIngest:
         keep = np.asarray(sm.keep, dtype=bool)[sid]
         scale = np.asarray(sm.scale, dtype=np.float64)[sid]
         int32 = np.asarray(sm.int32, dtype=bool)[sid]
-        blank = (val >= 140737488355328.0) | (int32 & (val >= 0x7FFFFFF0) & (val <= 0x7FFFFFFF))
+        blank = (val >= DCGM_FP64_BLANK) | (
+            int32 & (val >= DCGM_INT32_BLANK) & (val <= DCGM_INT32_BLANK + 15)
+        )
         keep &= ~blank & ~np.isnan(val)
         idx = pa.array(sid[keep])
         us = np.round(ts[keep] * 1e6).astype(np.int64)
