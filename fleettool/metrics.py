@@ -24,6 +24,12 @@ _DEFS = [
     MetricDef("mem_temp_c", "gauge", "celsius", "HBM temperature"),
     MetricDef("temp_slowdown_c", "gauge", "celsius", "Temperature at which the GPU slows down"),
     MetricDef("temp_shutdown_c", "gauge", "celsius", "Temperature at which the GPU shuts down"),
+    MetricDef(
+        "temp_margin_c",
+        "gauge",
+        "celsius",
+        "Degrees below the slowdown limit (T.Limit); nvidia-smi GPU T.Limit Temp",
+    ),
     MetricDef("temp_gpu_max_c", "gauge", "celsius", "Maximum operating GPU temperature"),
     MetricDef("temp_mem_max_c", "gauge", "celsius", "Maximum operating HBM temperature"),
     MetricDef("power_w", "gauge", "watts", "Board power draw"),

@@ -82,7 +82,7 @@ class Event:
     code: int | None = None
     raw: str = ""
     source: str = ""
-    extra: dict[str, str] = field(default_factory=dict)
+    detail: dict[str, object] = field(default_factory=dict)  # parsed fields: pid, process, link, MIG ids
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,6 +124,68 @@ def register(app: typer.Typer) -> None:
             )
 
     @app.command()
+    def nccl(
+        db: DbOpt = DEFAULT_DB,
+        json_out: JsonOpt = False,
+        node: Annotated[str | None, typer.Option(help="only runs that include this node")] = None,
+        rows: Annotated[
+            bool, typer.Option("--rows/--no-rows", help="include every table row (--json)")
+        ] = True,
+    ) -> None:
+        """List nccl-tests runs: op, ranks, nodes, the footer's average busbw and the peak busbw.
+
+        Example: fleettool nccl --db fleet.duckdb --json
+        """
+        sql = (
+            "SELECT run_id, ts, op, ranks, nodes, avg_busbw_gbps, peak_busbw_gbps, wrong, version, source "
+            "FROM nccl_runs"
+        )
+        params: list[Any] = []
+        if node:
+            sql += " WHERE list_contains(nodes, ?)"
+            params.append(node)
+        sql += " ORDER BY ts NULLS LAST, source"
+        with open_store(db, read_only=True) as store:
+            runs = store.query(sql, params)
+            table: dict[str, list[dict[str, Any]]] = {}
+            if rows and runs:
+                for r in store.query(
+                    "SELECT * FROM nccl_rows WHERE run_id IN (SELECT run_id FROM nccl_runs) ORDER BY size_bytes"
+                ):
+                    table.setdefault(r.pop("run_id"), []).append(r)
+        out = [
+            {
+                "op": r["op"],
+                "ranks": r["ranks"],
+                "nodes": list(r["nodes"] or []),
+                "avg_busbw_gbps": r["avg_busbw_gbps"],
+                "peak_busbw_gbps": r["peak_busbw_gbps"],
+                "rows": table.get(r["run_id"], []) if rows else len(table.get(r["run_id"], [])),
+                "source": r["source"],
+                "ts": _ts(r["ts"]),
+                "wrong": r["wrong"],
+                "version": r["version"],
+                "run_id": r["run_id"],
+            }
+            for r in runs
+        ]
+        if json_out:
+            json.dump(out, sys.stdout, indent=1)
+            print()
+        else:
+            flat = [
+                dict(
+                    o,
+                    nodes=",".join(o["nodes"]),
+                    rows=len(o["rows"]) if isinstance(o["rows"], list) else o["rows"],
+                )
+                for o in out
+            ]
+            _print_table(
+                flat, ["op", "ranks", "nodes", "avg_busbw_gbps", "peak_busbw_gbps", "rows", "source"]
+            )
+
+    @app.command()
     def gpus(db: DbOpt = DEFAULT_DB, json_out: JsonOpt = False) -> None:
         """List the GPUs the store knows (node, index, UUID, PCI id, model, driver).
 

@@ -102,3 +102,16 @@ def _fractional_ts(lines: list[str]) -> bool:
                 return False
             return t < 1e11
     return False
+
+
+def iter_lines(path: Path) -> Iterator[str]:
+    """The file's text lines (gunzipped by magic), decoded leniently: a bad byte never stops a log."""
+    rest = b""
+    for block in iter_blocks(path, 1 << 20):
+        data = rest + block
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        for ln in lines:
+            yield ln.decode("utf-8", "replace")
+    if rest:
+        yield rest.decode("utf-8", "replace")

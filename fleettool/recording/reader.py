@@ -62,6 +62,7 @@ class IngestOptions:
     strict: bool = False  # stop at the first malformed line instead of skipping it
     max_issue_lines: int = 20  # how many issue lines to print per file
     quiet: bool = False
+    year: int | None = None  # for syslog lines without a year (default: from the recording's context)
 
 
 def digest_file(path: Path) -> str:
@@ -120,6 +121,7 @@ def ingest(store: Store, root: Path, opts: IngestOptions | None = None) -> list[
                     file=sys.stderr,
                 )
         reports.append(rep)
+    store.resolve_event_gpus()
     return reports
 
 

@@ -168,11 +168,18 @@ class Store:
                 "message": pa.array([e.message for e in evs], pa.string()),
                 "raw": pa.array([e.raw for e in evs], pa.string()),
                 "source": pa.array([e.source for e in evs], pa.string()),
+                "detail": pa.array(
+                    [dumps_evidence(e.detail) if e.detail else None for e in evs], pa.string()
+                ),
             }
         )
         self.con.register("_incoming_events", tbl)
         try:
-            self.con.execute("INSERT INTO events SELECT * FROM _incoming_events")
+            self.con.execute(
+                "INSERT INTO events (ts, node, gpu, uuid, pci_bus_id, kind, code, message, raw, source, detail) "
+                "SELECT ts, node, gpu, uuid, pci_bus_id, kind, code, message, raw, source, detail::JSON "
+                "FROM _incoming_events"
+            )
         finally:
             self.con.unregister("_incoming_events")
         return len(evs)
@@ -196,11 +203,123 @@ class Store:
                     "WHERE node = ? AND gpu IS NOT DISTINCT FROM ? AND uuid IS NOT DISTINCT FROM ?",
                     [ts, g.pci_bus_id, g.model, g.driver, g.serial, g.node, g.gpu, g.uuid],
                 )
+            elif g.uuid and self.scalar(
+                "SELECT count(*) FROM gpus WHERE node = ? AND gpu IS NULL AND uuid = ?", [g.node, g.uuid]
+            ):  # known so far only from the driver's kernel lines: now we learn its index
+                self.con.execute(
+                    "UPDATE gpus SET gpu = ?, last_seen = greatest(last_seen, ?), "
+                    "pci_bus_id = coalesce(?, pci_bus_id), model = coalesce(?, model), "
+                    "driver = coalesce(?, driver), serial = coalesce(?, serial) "
+                    "WHERE node = ? AND gpu IS NULL AND uuid = ?",
+                    [g.gpu, ts, g.pci_bus_id, g.model, g.driver, g.serial, g.node, g.uuid],
+                )
             else:
                 self.con.execute(
                     "INSERT INTO gpus VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [g.node, g.gpu, g.uuid, g.pci_bus_id, g.model, g.driver, g.serial, ts, ts],
                 )
+
+    def merge_gpu_identity(
+        self, node: str, uuid: str | None, pci: str | None, serial: str | None, seen_ts: float
+    ) -> None:
+        """What the driver's announcement lines say (PCI id -> UUID, board serial): fill in the GPU row that
+        has the same UUID or PCI id, or add one without an index until NVML or dcgm-exporter names it."""
+        ts = _ts_array([seen_ts])[0].as_py()
+        hit = self.scalar(
+            "SELECT count(*) FROM gpus WHERE node = ? AND (uuid = ? OR (uuid IS NULL AND pci_bus_id = ?))",
+            [node, uuid, pci],
+        )
+        if hit:
+            self.con.execute(
+                "UPDATE gpus SET uuid = coalesce(uuid, ?), pci_bus_id = coalesce(pci_bus_id, ?), "
+                "serial = coalesce(?, serial), last_seen = greatest(last_seen, ?) "
+                "WHERE node = ? AND (uuid = ? OR (uuid IS NULL AND pci_bus_id = ?))",
+                [uuid, pci, serial, ts, node, uuid, pci],
+            )
+        else:
+            self.con.execute(
+                "INSERT INTO gpus VALUES (?, NULL, ?, ?, NULL, NULL, ?, ?, ?)",
+                [node, uuid, pci, serial, ts, ts],
+            )
+
+    def resolve_event_gpus(self) -> int:
+        """Give events that name only a PCI id (kernel lines) or a UUID their GPU index and UUID, from the
+        inventory (NVML, dcgm-exporter labels, the driver's announcement lines). Returns rows updated."""
+        before = int(self.scalar("SELECT count(*) FROM events WHERE gpu IS NULL") or 0)
+        self.con.execute(
+            """UPDATE events SET gpu = g.gpu, uuid = coalesce(events.uuid, g.uuid)
+               FROM (SELECT node, pci_bus_id, any_value(gpu) AS gpu, any_value(uuid) AS uuid FROM gpus
+                     WHERE pci_bus_id IS NOT NULL AND gpu IS NOT NULL GROUP BY node, pci_bus_id
+                     HAVING count(DISTINCT gpu) = 1) g
+               WHERE events.gpu IS NULL AND events.node = g.node AND events.pci_bus_id = g.pci_bus_id"""
+        )
+        self.con.execute(
+            """UPDATE events SET gpu = g.gpu
+               FROM (SELECT node, uuid, any_value(gpu) AS gpu FROM gpus
+                     WHERE uuid IS NOT NULL AND gpu IS NOT NULL GROUP BY node, uuid) g
+               WHERE events.gpu IS NULL AND events.node = g.node AND events.uuid = g.uuid"""
+        )
+        self.con.execute(
+            """UPDATE events SET pci_bus_id = g.pci_bus_id
+               FROM (SELECT node, gpu, any_value(pci_bus_id) AS pci_bus_id FROM gpus
+                     WHERE pci_bus_id IS NOT NULL AND gpu IS NOT NULL GROUP BY node, gpu) g
+               WHERE events.pci_bus_id IS NULL AND events.gpu IS NOT NULL AND events.node = g.node
+                 AND events.gpu = g.gpu"""
+        )
+        after = int(self.scalar("SELECT count(*) FROM events WHERE gpu IS NULL") or 0)
+        return before - after
+
+    def write_nccl_run(
+        self,
+        *,
+        run_id: str,
+        ts: float | None,
+        op: str,
+        ranks: int,
+        nodes: list[str],
+        avg_busbw_gbps: float | None,
+        peak_busbw_gbps: float | None,
+        wrong: int | None,
+        version: str | None,
+        source: str,
+        rows: Sequence[Any],
+    ) -> None:
+        """One nccl-tests invocation and every row of its table."""
+        t = None if ts is None else _ts_array([ts])[0].as_py()
+        self.con.execute(
+            "INSERT OR REPLACE INTO nccl_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [run_id, t, op, ranks, nodes, avg_busbw_gbps, peak_busbw_gbps, wrong, version, source],
+        )
+        self.con.execute("DELETE FROM nccl_rows WHERE run_id = ?", [run_id])
+        if rows:
+            cols = [
+                "size_bytes",
+                "count",
+                "dtype",
+                "redop",
+                "root",
+                "oop_time_us",
+                "oop_algbw_gbps",
+                "oop_busbw_gbps",
+                "oop_wrong",
+                "ip_time_us",
+                "ip_algbw_gbps",
+                "ip_busbw_gbps",
+                "ip_wrong",
+            ]
+            tbl = pa.table(
+                {
+                    "run_id": pa.array([run_id] * len(rows), pa.string()),
+                    **{c: pa.array([getattr(r, c) for r in rows]) for c in cols},
+                }
+            )
+            self.con.register("_incoming_rows", tbl)
+            try:
+                self.con.execute(
+                    f"INSERT INTO nccl_rows SELECT run_id, {', '.join(cols)} FROM _incoming_rows"
+                )
+            finally:
+                self.con.unregister("_incoming_rows")
 
     def seen_digest(self, digest: str) -> bool:
         return bool(self.con.execute("SELECT 1 FROM ingests WHERE digest = ?", [digest]).fetchall())

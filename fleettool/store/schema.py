@@ -1,6 +1,6 @@
 """The store's schema. Every table is keyed by node, GPU index, GPU UUID and time (TIMESTAMP = UTC)."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 DDL = [
     """CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)""",
@@ -15,7 +15,13 @@ DDL = [
         vmin DOUBLE, vmean DOUBLE, vmax DOUBLE, n INTEGER)""",
     """CREATE TABLE IF NOT EXISTS events (
         ts TIMESTAMP, node VARCHAR NOT NULL, gpu SMALLINT, uuid VARCHAR, pci_bus_id VARCHAR,
-        kind VARCHAR NOT NULL, code INTEGER, message VARCHAR, raw VARCHAR, source VARCHAR)""",
+        kind VARCHAR NOT NULL, code INTEGER, message VARCHAR, raw VARCHAR, source VARCHAR, detail JSON)""",
+    # version 1 stores had no detail column (parsed fields of the line: pid, process, MIG ids, link, ...)
+    """ALTER TABLE events ADD COLUMN IF NOT EXISTS detail JSON""",
+    # which pod used which GPU when (dcgm-exporter's attribution labels)
+    """CREATE TABLE IF NOT EXISTS gpu_pods (
+        node VARCHAR NOT NULL, gpu SMALLINT, uuid VARCHAR, namespace VARCHAR, pod VARCHAR, container VARCHAR,
+        first_seen TIMESTAMP, last_seen TIMESTAMP)""",
     """CREATE TABLE IF NOT EXISTS gpus (
         node VARCHAR NOT NULL, gpu SMALLINT, uuid VARCHAR, pci_bus_id VARCHAR, model VARCHAR,
         driver VARCHAR, serial VARCHAR, first_seen TIMESTAMP, last_seen TIMESTAMP)""",

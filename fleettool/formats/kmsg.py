@@ -1,0 +1,498 @@
+"""Parse kernel-log lines into GPU records: XIDs, NVSwitch SXids, fallen-off-the-bus, GSP timeouts, and the
+driver's announcement lines that map a PCI id to a GPU UUID and board serial.
+
+Reads any of the forms in which kernel lines are found (see fixtures/samples/kmsg/SOURCES.md): bare lines,
+dmesg `[uptime]`, `dmesg -T` ctime, `dmesg --time-format=iso` (with or without `--decode` facility:level),
+syslog / journalctl short (month names in several languages) and short-iso with the host name, Talos
+`<ip>: kern: warning: [RFC3339]:`, and lines wrapped inside other tools' messages or behind launcher prefixes.
+Only lines the NVIDIA driver wrote (`NVRM:` and `nvidia-nvswitchN: SXid`) become records; mlx5, ext4 and the
+rest are skipped even when they name the same PCI bus.
+
+`KernelLogParser` is pure and stateful across lines of one stream: it carries the year for syslog lines that
+have none, the boot time learnt from lines that carry both wall time and uptime, the multi-line
+"fallen off the bus" message, and the serial-number line that follows an announcement.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from fleettool.model import Event, normalize_pci_bus_id
+
+# -- month names: English plus the locales journalctl and syslog are seen in -------------------------------
+_MONTHS: dict[str, int] = {}
+for _i, _names in enumerate(
+    [
+        "jan janv ene gen sty led tammi oca januar janeiro enero gennaio styczeń янв",
+        "feb févr fev lut úno helmi şub februar fevereiro febrero febbraio luty фев",
+        "mar mär mars mrt bře maalis märz marzo março marzec мар",
+        "apr avr abr kwi dub huhti nis april avril abril aprile kwiecień апр",
+        "may mai mag maj mei kvě touko may mayo maggio мая май",
+        "jun juin giu cze čvn kesä haz juni junho junio giugno czerwiec июн",
+        "jul juil lug lip čvc heinä tem juli julho julio luglio lipiec июл",
+        "aug août ago sie srp elo ağu august agosto sierpień авг",
+        "sep sept set wrz zář syys eyl september setembro septiembre settembre wrzesień сен",
+        "oct okt ott out paź říj loka eki oktober outubro octubre ottobre październik окт",
+        "nov lis marras kas november novembro noviembre novembre listopad ноя",
+        "dec dez déc dic gru pro joulu ara dezember dezembro diciembre dicembre grudzień дек",
+    ],
+    start=1,
+):
+    for _n in _names.split():
+        _MONTHS[_n] = _i
+
+
+def month_number(name: str) -> int | None:
+    """'Dec', 'kwi', 'févr.', '4月', '4월' -> 1..12, or None."""
+    s = name.strip().rstrip(".").lower()
+    if not s:
+        return None
+    if s[-1] in "月월" and s[:-1].isdigit():
+        n = int(s[:-1])
+        return n if 1 <= n <= 12 else None
+    hit = _MONTHS.get(s)
+    if hit is None and len(s) > 3:
+        hit = _MONTHS.get(s[:3])
+    return hit
+
+
+# -- record --------------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class KernelRecord:
+    """One GPU-relevant kernel message. kind: xid, sxid, fell-off-bus, gsp-timeout, gsp-rate-limit,
+    gpu-announce, boot."""
+
+    kind: str
+    lineno: int
+    raw: str
+    ts: float | None = None  # wall time, unix seconds UTC
+    uptime: float | None = None  # seconds since boot, when the line carries it
+    host: str | None = None
+    pci_bus_id: str | None = None  # dddd:bb:dd; None when the line names none or redacts it ("PCI:...")
+    code: int | None = None
+    message: str = ""
+    uuid: str | None = None
+    serial: str | None = None
+    detail: dict[str, object] = field(default_factory=dict)
+
+
+# -- prefix (time and host) patterns -------------------------------------------------------------------
+_ISO = r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?\s?(Z|[+-]\d\d:?\d\d)?"
+_RE_ISO = re.compile(_ISO)
+_RE_SYSLOG = re.compile(
+    r"(?:^|[\s,;:])([^\W\d_]{3,12}\.?|\d{1,2}[月월])\s+(\d{1,2})\s+(\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s+(\S+)\s+kernel:"
+)
+_RE_CTIME = re.compile(
+    r"\[\s*[^\W\d_]{2,4}\.?\s+([^\W\d_]{3,5}\.?)\s+(\d{1,2})\s+(\d\d):(\d\d):(\d\d)\s+(\d{4})\s*\]"
+)
+_RE_UPTIME = re.compile(r"\[\s*(\d+\.\d+)\s*\]")
+_RE_ISO_HOST = re.compile(_ISO + r"\s+(\S+)\s+kernel:")
+_RE_TALOS = re.compile(r"^(\S+?):\s+kern:\s*\w+:\s*\[")
+_RE_HOST_LAUNCHER = re.compile(r"(?:^|[\s>|])([A-Za-z][\w.-]*\w):\s+(?=\[|kernel:|NVRM)")
+
+# -- body patterns ------------------------------------------------------------------------------------------
+_RE_XID = re.compile(r"Xid \(([^)]*)\):\s*(\d+)(?:,\s*(.*))?$")
+_RE_SXID = re.compile(r"(nvidia-nvswitch\d*|nvidia-\w+):\s*SXid \(([^)]*)\):\s*(\d+)(?:,\s*(.*))?$")
+_RE_PID = re.compile(r"^pid=('<unknown>'|<unknown>|[^,\s]*)(?:,\s*name=(.*?))?(?:,\s+(.*)|$)")
+_RE_ROOT = re.compile(r"\s*caused by previous Xid (\d+)\.?\s*$")
+_RE_NVLINK5 = re.compile(
+    r"^([A-Z][A-Z0-9_]*)\s+(Fatal|Nonfatal|Non-fatal|NonFatal)\s+(XC\d)\s+i(\d+)\s+Link\s+(-?\d+)\s*\(([^)]*)\)"
+)
+_RE_LINK = re.compile(r"\b[Ll]ink\s*(\d+)")
+_RE_154 = re.compile(
+    r"recovery action changed from (0x[0-9a-fA-F]+) \(([^)]*)\) to (0x[0-9a-fA-F]+) \(([^)]*)\)"
+)
+_RE_ANNOUNCE = re.compile(
+    r"GPU at PCI:([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?):\s*(GPU-[0-9a-fA-F-]+)"
+)
+_RE_SERIAL = re.compile(r"GPU Board Serial Number:\s*(\S+)")
+_RE_PCI_ANY = re.compile(r"(?:PCI:)?\b([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?\b")
+_RE_BDF_NO_DOMAIN = re.compile(r"\b([0-9a-fA-F]{2}:[0-9a-fA-F]{2})\.[0-7]\b")
+_RE_RATE_LIMIT = re.compile(r"Rate limiting GSP RPC error prints for GPU at PCI:([0-9a-fA-F:]+)")
+_RE_ATTR_MIG = re.compile(r"GPU-I:(\d+)(?:\s+GPU-CI:(\d+))?")
+
+
+def _tzoffset(tz: str | None) -> int:
+    if not tz or tz == "Z":
+        return 0
+    sign = -1 if tz[0] == "-" else 1
+    digits = tz[1:].replace(":", "")
+    return sign * (int(digits[:2]) * 3600 + int(digits[2:4] or 0) * 60)
+
+
+def _frac(s: str | None) -> float:
+    return int(s) / 10 ** len(s) if s else 0.0
+
+
+def parse_iso(text: str) -> float | None:
+    """'2025-01-21T04:41:44,283302+00:00' / '2026-04-22T21:30:51.870495804Z' / '2026-11-30T00:16:39+0000'
+    -> unix seconds, or None."""
+    m = _RE_ISO.search(text)
+    if not m:
+        return None
+    y, mo, d, h, mi, s, fr, tz = m.groups()
+    try:
+        base = calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0))
+    except (ValueError, OverflowError):
+        return None
+    return base + _frac(fr) - _tzoffset(tz)
+
+
+class KernelLogParser:
+    """Feed lines (in order) with `feed`; records come out. Pure: no I/O, no clock.
+
+    year: for syslog lines, which carry no year (the year of the file's context: the recording's other
+    timestamps, the file's mtime). boot_time: unix time of boot, to turn dmesg uptimes into wall time
+    (the live collector knows it; from files it is learnt when a line carries both).
+    """
+
+    def __init__(self, *, year: int | None = None, boot_time: float | None = None, host: str | None = None):
+        self.year = year
+        self.boot_time = boot_time
+        self._boot_given = boot_time is not None
+        self._last_uptime: float | None = None
+        self.default_host = host
+        self._last_month: int | None = None
+        self._syslog_cache: dict[str, float] = {}
+        self._pending_bus: dict[
+            str | None, tuple[str, int]
+        ] = {}  # host -> (pci, lineno) of "The NVIDIA GPU x"
+        self._last_announce: dict[str | None, KernelRecord] = {}
+        self.lineno = 0
+
+    # -- time and host -----------------------------------------------------------------------------------
+    def _prefix(self, prefix: str) -> tuple[float | None, float | None, str | None]:
+        ts: float | None = None
+        up: float | None = None
+        host: str | None = None
+        if "kernel:" in prefix:
+            m = _RE_ISO_HOST.search(prefix)
+            if m:
+                ts = parse_iso(m.group(0))
+                host = m.group(9)
+            else:
+                ms = _RE_SYSLOG.search(prefix)
+                if ms:
+                    ts = self._syslog_time(ms)
+                    host = ms.group(7)
+        if ts is None and "[" in prefix:
+            mc = _RE_CTIME.search(prefix)
+            if mc:
+                mon = month_number(mc.group(1))
+                if mon:
+                    try:
+                        ts = float(
+                            calendar.timegm(
+                                (
+                                    int(mc.group(6)),
+                                    mon,
+                                    int(mc.group(2)),
+                                    int(mc.group(3)),
+                                    int(mc.group(4)),
+                                    int(mc.group(5)),
+                                    0,
+                                    0,
+                                    0,
+                                )
+                            )
+                        )
+                    except (ValueError, OverflowError):
+                        ts = None
+        if ts is None and ("-" in prefix):
+            ts = parse_iso(prefix)
+            if ts is not None and host is None:
+                mt = _RE_TALOS.search(prefix)
+                if mt:
+                    host = mt.group(1)
+        if "[" in prefix:
+            mu = _RE_UPTIME.search(prefix)
+            if mu:
+                up = float(mu.group(1))
+        if host is None:
+            mh = _RE_HOST_LAUNCHER.search(prefix)
+            if mh and mh.group(1) not in ("kernel", "kern", "NVRM"):
+                host = mh.group(1)
+        if up is not None:
+            if self._last_uptime is not None and up < self._last_uptime - 1.0 and not self._boot_given:
+                self.boot_time = None  # uptime went back: a new boot, the old offset no longer holds
+            self._last_uptime = up
+        if ts is not None and up is not None and not self._boot_given:
+            self.boot_time = ts - up
+        elif ts is None and up is not None and self.boot_time is not None:
+            ts = self.boot_time + up
+        return ts, up, host
+
+    def _syslog_time(self, m: re.Match[str]) -> float | None:
+        key = m.group(0)
+        hit = self._syslog_cache.get(key)
+        if hit is not None:
+            return hit
+        mon = month_number(m.group(1))
+        if mon is None:
+            return None
+        if self.year is None:
+            return None
+        if self._last_month is not None and mon < self._last_month and self._last_month - mon > 6:
+            self.year += 1  # December -> January: the log crossed a new year
+            self._syslog_cache.clear()
+        self._last_month = mon
+        try:
+            ts = calendar.timegm(
+                (self.year, mon, int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)), 0, 0, 0)
+            ) + _frac(m.group(6))
+        except (ValueError, OverflowError):
+            return None
+        if len(self._syslog_cache) > 4096:
+            self._syslog_cache.clear()
+        self._syslog_cache[key] = ts
+        return ts
+
+    # -- lines -------------------------------------------------------------------------------------------
+    def feed(self, line: str) -> KernelRecord | None:
+        """One line -> a record, or None when the line is not a GPU message (or continues one)."""
+        self.lineno += 1
+        if "NVRM" not in line and "SXid" not in line and "Linux version" not in line:
+            return None
+        line = line.rstrip("\r\n")
+        if len(line) > 8192:
+            line = line[:8192]
+        i = line.find("NVRM:")
+        if i < 0:
+            j = line.find("SXid (")
+            if j >= 0:
+                return self._sxid(line, j)
+            k = line.find("Linux version ")
+            if k >= 0:
+                ts, up, host = self._prefix(line[:k])
+                self._pending_bus.clear()
+                return KernelRecord(
+                    "boot", self.lineno, line, ts, up, host or self.default_host, message=line[k : k + 200]
+                )
+            return None
+        ts, up, host = self._prefix(line[:i])
+        host = host or self.default_host
+        body = line[i + 5 :].strip()
+        if body.startswith("Xid"):
+            return self._xid(line, body, ts, up, host)
+        return self._other(line, body, ts, up, host)
+
+    def feed_all(self, lines: Iterable[str]) -> Iterator[KernelRecord]:
+        for ln in lines:
+            rec = self.feed(ln)
+            if rec is not None:
+                yield rec
+
+    def _xid(
+        self, raw: str, body: str, ts: float | None, up: float | None, host: str | None
+    ) -> KernelRecord | None:
+        m = _RE_XID.match(body)
+        if not m:
+            return None
+        attr, code_s, rest = m.group(1), m.group(2), m.group(3) or ""
+        detail: dict[str, object] = {}
+        pci = _pci_from_attr(attr)
+        mig = _RE_ATTR_MIG.search(attr)
+        if mig:
+            detail["gpu_instance"] = int(mig.group(1))
+            if mig.group(2) is not None:
+                detail["compute_instance"] = int(mig.group(2))
+        msg = rest
+        mp = _RE_PID.match(rest)
+        if mp:
+            pid = mp.group(1).strip("'")
+            if pid and pid != "<unknown>":
+                detail["pid"] = int(pid) if pid.isdigit() else pid
+            name = mp.group(2)
+            if name is not None and name.strip() not in ("<unknown>", "'<unknown>'"):
+                detail["process"] = name.strip()
+            msg = mp.group(3) or ""
+        mr = _RE_ROOT.search(msg)
+        if mr:
+            detail["root_cause_xid"] = int(mr.group(1))
+            msg = msg[: mr.start()]
+        code = int(code_s)
+        mn = _RE_NVLINK5.match(msg)
+        if mn:
+            detail.update(
+                unit=mn.group(1),
+                nvlink_severity="fatal" if mn.group(2) == "Fatal" else "nonfatal",
+                xc=mn.group(3),
+                instance=int(mn.group(4)),
+                link=int(mn.group(5)),
+                registers=mn.group(6).split(),
+            )
+        else:
+            ml = _RE_LINK.search(msg)
+            if ml and (code in (74, 137) or 144 <= code <= 150):
+                detail["link"] = int(ml.group(1))
+        m154 = _RE_154.search(msg)
+        if m154:
+            detail.update(recovery_from=m154.group(2), recovery_to=m154.group(4))
+        if up is not None:
+            detail["uptime"] = up
+        return KernelRecord("xid", self.lineno, raw, ts, up, host, pci, code, msg.strip(), detail=detail)
+
+    def _sxid(self, raw: str, j: int) -> KernelRecord | None:
+        # the device name ("nvidia-nvswitch2:") sits just before "SXid ("
+        start = raw.rfind("nvidia-", 0, j)
+        seg = raw[start:] if start >= 0 else raw[j:]
+        m = _RE_SXID.search(seg) if start >= 0 else None
+        if not m:
+            return None
+        ts, up, host = self._prefix(raw[: start if start >= 0 else j])
+        detail: dict[str, object] = {"device": m.group(1)}
+        rest = (m.group(4) or "").strip()
+        low = rest.lower()
+        if low.startswith("fatal"):
+            detail["sxid_severity"] = "fatal"
+        elif low.startswith("non-fatal") or low.startswith("nonfatal"):
+            detail["sxid_severity"] = "nonfatal"
+        ml = _RE_LINK.search(rest)
+        if ml:
+            detail["link"] = int(ml.group(1))
+        pci_raw = m.group(2).replace("PCI:", "").strip()
+        pci = normalize_pci_bus_id(pci_raw) if _RE_PCI_ANY.search(pci_raw) else None
+        return KernelRecord(
+            "sxid",
+            self.lineno,
+            raw,
+            ts,
+            up,
+            host or self.default_host,
+            pci,
+            int(m.group(3)),
+            rest,
+            detail=detail,
+        )
+
+    def _other(
+        self, raw: str, body: str, ts: float | None, up: float | None, host: str | None
+    ) -> KernelRecord | None:
+        ma = _RE_ANNOUNCE.search(body)
+        if ma:
+            rec = KernelRecord(
+                "gpu-announce",
+                self.lineno,
+                raw,
+                ts,
+                up,
+                host,
+                normalize_pci_bus_id(ma.group(1)),
+                message=body,
+                uuid=ma.group(2).lower().replace("gpu-", "GPU-", 1),
+            )
+            self._last_announce[host] = rec
+            return rec
+        ms = _RE_SERIAL.search(body)
+        if ms:
+            prev = self._last_announce.pop(host, None)
+            if prev is not None and prev.lineno >= self.lineno - 3:
+                return KernelRecord(
+                    "gpu-announce",
+                    self.lineno,
+                    raw,
+                    ts,
+                    up,
+                    host,
+                    prev.pci_bus_id,
+                    message=body,
+                    uuid=prev.uuid,
+                    serial=ms.group(1),
+                )
+            return None
+        low = body.lower()
+        if "fallen off the bus" in low:
+            pci = _first_pci(body)
+            if pci is None:
+                pend = self._pending_bus.pop(host, None)
+                if pend is not None and self.lineno - pend[1] <= 4:
+                    pci = pend[0]
+            return KernelRecord("fell-off-bus", self.lineno, raw, ts, up, host, pci, message=body)
+        if body.startswith("The NVIDIA GPU "):
+            pci = _first_pci(body)
+            if pci:
+                self._pending_bus[host] = (pci, self.lineno)
+            return None
+        mr = _RE_RATE_LIMIT.search(body)
+        if mr:
+            return KernelRecord(
+                "gsp-rate-limit",
+                self.lineno,
+                raw,
+                ts,
+                up,
+                host,
+                normalize_pci_bus_id(mr.group(1)),
+                message=body,
+            )
+        if "gsp" in low and ("timeout" in low or "timed out" in low):
+            return KernelRecord("gsp-timeout", self.lineno, raw, ts, up, host, _first_pci(body), message=body)
+        return None
+
+
+def _pci_from_attr(attr: str) -> str | None:
+    a = attr.strip()
+    if a.startswith("PCI:"):
+        a = a[4:]
+    a = a.split()[0] if a else a
+    if not a or "..." in a:
+        return None
+    parts = a.split(":")
+    if len(parts) < 2 or not all(p and all(c in "0123456789abcdefABCDEF." for c in p) for p in parts):
+        return None
+    return normalize_pci_bus_id(a)
+
+
+def _first_pci(text: str) -> str | None:
+    m = _RE_PCI_ANY.search(text)
+    if m:
+        return normalize_pci_bus_id(m.group(1))
+    m2 = _RE_BDF_NO_DOMAIN.search(text)
+    if m2:
+        return normalize_pci_bus_id(m2.group(1))
+    return None
+
+
+def parse_kernel_log(
+    lines: Iterable[str], *, year: int | None = None, boot_time: float | None = None, host: str | None = None
+) -> list[KernelRecord]:
+    """All GPU records of a stream of kernel-log lines."""
+    return list(KernelLogParser(year=year, boot_time=boot_time, host=host).feed_all(lines))
+
+
+def parse_kmsg_record(raw: str) -> tuple[int, int, int, str] | None:
+    """One /dev/kmsg record 'pri,seq,usec,flags[,...];message' -> (facility_level, seq, usec_since_boot, message).
+    Continuation lines (starting with a space: 'KEY=value' dictionary) are not records."""
+    if not raw or raw[0] == " ":
+        return None
+    head, sep, msg = raw.partition(";")
+    if not sep:
+        return None
+    f = head.split(",")
+    if len(f) < 3:
+        return None
+    try:
+        return int(f[0]), int(f[1]), int(f[2]), msg.rstrip("\n")
+    except ValueError:
+        return None
+
+
+def record_to_event(rec: KernelRecord, node: str, source: str) -> Event | None:
+    """A parsed kernel record -> a store Event (announcement lines are identity, not events: None)."""
+    if rec.kind == "gpu-announce":
+        return None
+    return Event(
+        ts=rec.ts,
+        node=rec.host or node,
+        kind=rec.kind,
+        message=rec.message,
+        uuid=rec.uuid,
+        pci_bus_id=rec.pci_bus_id,
+        code=rec.code,
+        raw=rec.raw,
+        source=source,
+        detail=dict(rec.detail),
+    )

@@ -1,0 +1,326 @@
+"""Parse `nvidia-smi -q` text and `nvidia-smi -q -x` XML into per-GPU samples and identity.
+
+Both forms are first flattened to paths of normalised keys ("ecc_errors/volatile/dram_uncorrectable"), by
+indentation depth for text (never by column: the colon moved from column 37 to 43 across drivers) and by tag for
+XML; then one table maps the paths of every driver generation onto the store's metrics: "Clocks Throttle
+Reasons" (before R535) and "Clocks Event Reasons" (after), Volta's Single/Double Bit ECC tree and the SRAM/DRAM
+layout of A100/H100, Remapped Rows as a block or `N/A`, the legacy "Retired pages". On H100/H200 the
+"GPU T.Limit Temp" is the margin below the slowdown limit, not a temperature: it becomes `temp_margin_c`.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from fleettool.formats.errors import ParseIssue
+from fleettool.model import normalize_pci_bus_id
+
+_RE_KV = re.compile(r"^(\s*)(.+?)\s*:\s?(.*)$")
+_RE_NUM = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
+
+
+@dataclass
+class SmiGpu:
+    index: int | None
+    pci_bus_id: str | None
+    values: dict[str, str] = field(default_factory=dict)  # normalised path -> raw value
+
+    def get(self, *paths: str) -> str | None:
+        for p in paths:
+            v = self.values.get(p)
+            if v is not None and v.strip() not in ("N/A", "", "[N/A]", "Unknown Error", "[Unknown Error]"):
+                return v.strip()
+        return None
+
+
+@dataclass
+class SmiReport:
+    timestamp: float | None
+    driver: str | None
+    cuda: str | None
+    gpus: list[SmiGpu]
+    issues: list[ParseIssue]
+
+
+def _norm(key: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "_", key.strip().lower()).strip("_")
+
+
+def _smi_time(s: str | None) -> float | None:
+    """'Wed Dec  2 10:08:16 2026' (local time of the host; taken as UTC, which is what fleet hosts run)."""
+    if not s:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(" ".join(s.split()), "%a %b %d %H:%M:%S %Y")))
+    except ValueError:
+        return None
+
+
+def parse_text(lines: Iterable[str], *, path: str = "<input>") -> SmiReport:
+    gpus: list[SmiGpu] = []
+    issues: list[ParseIssue] = []
+    head: dict[str, str] = {}
+    cur: SmiGpu | None = None
+    stack: list[tuple[int, str]] = []  # (indent, normalised key)
+    for _lineno, raw in enumerate(lines, 1):
+        line = raw.rstrip("\r\n").expandtabs(4)
+        if not line.strip() or line.lstrip().startswith(("#", "===")):
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        if indent == 0 and line.startswith("GPU ") and _looks_like_gpu(line):
+            cur = SmiGpu(len(gpus), normalize_pci_bus_id(line[4:].strip()))
+            gpus.append(cur)
+            stack = []
+            continue
+        m = _RE_KV.match(line)
+        if m:
+            key, val = _norm(m.group(2)), m.group(3)
+        else:
+            key, val = _norm(line), None
+        if indent == 0 and cur is None and m:
+            head[key] = val or ""
+            continue
+        if cur is None:  # an excerpt without the GPU header line
+            cur = SmiGpu(None, None)
+            gpus.append(cur)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        full = "/".join([k for _, k in stack] + [key])
+        if val is not None:
+            cur.values[full] = val
+        stack.append((indent, key))
+    return SmiReport(
+        _smi_time(head.get("timestamp")), head.get("driver_version"), head.get("cuda_version"), gpus, issues
+    )
+
+
+def _looks_like_gpu(line: str) -> bool:
+    rest = line[4:].strip()
+    return bool(re.match(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(\.\d)?$", rest))
+
+
+def parse_xml(text: str, *, path: str = "<input>") -> SmiReport:
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as e:
+        line = e.position[0] if hasattr(e, "position") else 0
+        return SmiReport(None, None, None, [], [ParseIssue(path, line, f"not nvidia-smi XML: {e}")])
+    gpus: list[SmiGpu] = []
+    for i, g in enumerate(root.findall("gpu")):
+        sg = SmiGpu(i, normalize_pci_bus_id(g.get("id", "")) if g.get("id") else None)
+
+        def walk(el: ET.Element, prefix: str, sg: SmiGpu = sg) -> None:
+            for child in el:
+                p = f"{prefix}/{child.tag}" if prefix else child.tag
+                if len(child):
+                    walk(child, p)
+                elif child.text is not None:
+                    sg.values[p] = child.text
+
+        walk(g, "")
+        gpus.append(sg)
+    return SmiReport(
+        _smi_time(root.findtext("timestamp")),
+        root.findtext("driver_version"),
+        root.findtext("cuda_version"),
+        gpus,
+        [],
+    )
+
+
+# metric -> candidate paths (text form first, then XML), first present wins
+_PATHS: dict[str, tuple[str, ...]] = {
+    "gpu_temp_c": ("temperature/gpu_current_temp", "temperature/gpu_temp"),
+    "mem_temp_c": ("temperature/memory_current_temp", "temperature/memory_temp"),
+    "temp_margin_c": ("temperature/gpu_t.limit_temp", "temperature/gpu_temp_tlimit"),
+    "temp_slowdown_c": ("temperature/gpu_slowdown_temp", "temperature/gpu_temp_slow_threshold"),
+    "temp_shutdown_c": ("temperature/gpu_shutdown_temp", "temperature/gpu_temp_max_threshold"),
+    "power_w": (
+        "gpu_power_readings/instantaneous_power_draw",
+        "gpu_power_readings/average_power_draw",
+        "gpu_power_readings/power_draw",
+        "power_readings/power_draw",
+        "gpu_power_readings/instant_power_draw",
+        "power_readings/instant_power_draw",
+    ),
+    "power_limit_w": (
+        "gpu_power_readings/current_power_limit",
+        "power_readings/enforced_power_limit",
+        "power_readings/power_limit",
+        "power_readings/current_power_limit",
+    ),
+    "sm_clock_mhz": ("clocks/sm", "clocks/sm_clock"),
+    "mem_clock_mhz": ("clocks/memory", "clocks/mem_clock"),
+    "sm_clock_max_mhz": ("max_clocks/sm", "max_clocks/sm_clock"),
+    "mem_clock_max_mhz": ("max_clocks/memory", "max_clocks/mem_clock"),
+    "gpu_util_pct": ("utilization/gpu", "utilization/gpu_util"),
+    "mem_util_pct": ("utilization/memory", "utilization/memory_util"),
+    "pcie_link_gen": (
+        "pci/gpu_link_info/pcie_generation/current",
+        "pci/pci_gpu_link_info/pcie_gen/current_link_gen",
+    ),
+    "pcie_link_gen_max": (
+        "pci/gpu_link_info/pcie_generation/max",
+        "pci/pci_gpu_link_info/pcie_gen/max_link_gen",
+    ),
+    "pcie_link_width": (
+        "pci/gpu_link_info/link_width/current",
+        "pci/pci_gpu_link_info/link_widths/current_link_width",
+    ),
+    "pcie_link_width_max": (
+        "pci/gpu_link_info/link_width/max",
+        "pci/pci_gpu_link_info/link_widths/max_link_width",
+    ),
+    "pcie_replay_total": ("pci/replays_since_reset", "pci/replay_counter"),
+    "pcie_replay_rollover_total": ("pci/replay_number_rollovers", "pci/replay_rollover_counter"),
+    "remap_correctable_rows": ("remapped_rows/correctable_error", "remapped_rows/remapped_row_corr"),
+    "remap_uncorrectable_rows": ("remapped_rows/uncorrectable_error", "remapped_rows/remapped_row_unc"),
+    "remap_pending": ("remapped_rows/pending", "remapped_rows/remapped_row_pending"),
+    "remap_failure": ("remapped_rows/remapping_failure_occurred", "remapped_rows/remapped_row_failure"),
+    "remap_bank_max": (
+        "remapped_rows/bank_remap_availability_histogram/max",
+        "remapped_rows/remapped_row_histogram/row_remap_histogram_max",
+    ),
+    "remap_bank_high": (
+        "remapped_rows/bank_remap_availability_histogram/high",
+        "remapped_rows/remapped_row_histogram/row_remap_histogram_high",
+    ),
+    "remap_bank_partial": (
+        "remapped_rows/bank_remap_availability_histogram/partial",
+        "remapped_rows/remapped_row_histogram/row_remap_histogram_partial",
+    ),
+    "remap_bank_low": (
+        "remapped_rows/bank_remap_availability_histogram/low",
+        "remapped_rows/remapped_row_histogram/row_remap_histogram_low",
+    ),
+    "remap_bank_none": (
+        "remapped_rows/bank_remap_availability_histogram/none",
+        "remapped_rows/remapped_row_histogram/row_remap_histogram_none",
+    ),
+    "retired_pages_sbe": (
+        "retired_pages/single_bit_ecc",
+        "retired_pages/multiple_single_bit_retirement/retired_count",
+    ),
+    "retired_pages_dbe": (
+        "retired_pages/double_bit_ecc",
+        "retired_pages/double_bit_retirement/retired_count",
+    ),
+    "retired_pages_pending": (
+        "retired_pages/pending_page_blacklist",
+        "retired_pages/pending_blacklist",
+        "retired_pages/pending_retirement",
+    ),
+    "ecc_mode": ("ecc_mode/current", "ecc_mode/current_ecc"),
+    "fb_total_bytes": ("fb_memory_usage/total",),
+    "fb_used_bytes": ("fb_memory_usage/used",),
+    "pstate": ("performance_state",),
+}
+
+# ECC: (metric, which half, kinds summed); layouts of every generation
+_ECC_KEYS = {
+    "sbe": ("dram_correctable", "sram_correctable", "single_bit/total", "single_bit/device_memory"),
+    "dbe": (
+        "dram_uncorrectable",
+        "sram_uncorrectable",
+        "sram_uncorrectable_parity",
+        "sram_uncorrectable_secded",
+        "double_bit/total",
+        "double_bit/device_memory",
+    ),
+}
+
+# clock-event reason rows -> NVML bit
+_REASONS = {
+    "idle": 0x1,
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clock_setting": 0x100,
+    "display_clocks_setting": 0x100,
+}
+
+
+def _value(metric: str, raw: str) -> float | None:
+    s = raw.strip()
+    low = s.lower()
+    if low in ("yes", "enabled", "active"):
+        return 1.0
+    if low in ("no", "disabled", "not active"):
+        return 0.0
+    if metric == "pstate" and s.upper().startswith("P") and s[1:].isdigit():
+        return float(s[1:])
+    m = _RE_NUM.match(s)
+    if not m:
+        return None
+    v = float(m.group(1))
+    if metric.endswith("_bytes") and "MiB" in s:
+        v *= 1 << 20
+    return v
+
+
+def gpu_samples(g: SmiGpu) -> dict[str, float]:
+    """One GPU's values -> canonical metric -> value (what the dump shows; absent when N/A)."""
+    out: dict[str, float] = {}
+    for metric, paths in _PATHS.items():
+        raw = g.get(*paths)
+        if raw is None:
+            continue
+        v = _value(metric, raw)
+        if v is not None:
+            out[metric] = v
+    for half, suffix in (("volatile", "volatile"), ("aggregate", "aggregate")):
+        for kind, keys in _ECC_KEYS.items():
+            total = None
+            for k in keys:
+                for root in ("ecc_errors",):
+                    raw = g.get(f"{root}/{half}/{k}")
+                    if raw is None:
+                        continue
+                    v = _value("x", raw)
+                    if v is not None:
+                        total = (total or 0.0) + v
+                if k.endswith("/total") and total is not None:
+                    break  # Volta's tree gives a total; do not add its parts again
+            if total is not None:
+                out[f"ecc_{kind}_{suffix}"] = total
+    mask = None
+    for section in ("clocks_event_reasons", "clocks_throttle_reasons"):
+        for key, bit in _REASONS.items():
+            raw = g.get(
+                f"{section}/{key}",
+                f"{section}/clocks_event_reason_{key}",
+                f"{section}/clocks_throttle_reason_{key}",
+                f"{section}/hw_slowdown/{key}",
+            )
+            if raw is None:
+                continue
+            mask = mask or 0
+            if raw.lower() == "active":
+                mask |= bit
+    if mask is not None:
+        out["clock_event_reasons"] = float(mask)
+    return out
+
+
+def gpu_identity(g: SmiGpu) -> dict[str, str | None]:
+    return {
+        "uuid": g.get("gpu_uuid", "uuid"),
+        "model": g.get("product_name"),
+        "serial": g.get("serial_number", "serial"),
+        "pci_bus_id": _pci(g.get("pci/bus_id", "pci/pci_bus_id")) or g.pci_bus_id,
+        "minor": g.get("minor_number"),
+    }
+
+
+def _pci(raw: str | None) -> str | None:
+    return normalize_pci_bus_id(raw) if raw else None
