@@ -17,6 +17,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from fleettool.formats.errors import ParseIssue
 
@@ -403,61 +404,68 @@ def parse_nccl_json(text: str, *, path: str = "<input>") -> tuple[list[NcclRun],
     runs: list[NcclRun] = []
     issues: list[ParseIssue] = []
     for doc in docs:
-        if not isinstance(doc, dict) or "results" not in doc:
-            issues.append(ParseIssue(path, 1, "no 'results' in nccl-tests JSON"))
+        if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+            issues.append(ParseIssue(path, 1, "no 'results' list in nccl-tests JSON"))
             continue
-        run = NcclRun()
-        args = doc.get("args") or []
-        if args:
-            mo = _RE_OP.search(str(args[0]))
-            run.op = mo.group(1) if mo else None
-        nv = doc.get("nccl_version")
-        if isinstance(nv, int):
-            run.nccl_version = f"{nv // 10000}.{nv // 100 % 100}.{nv % 100}"
-        run.start_time = doc.get("start_time")
-        cfg = doc.get("config") or {}
-        run.nthreads, run.ngpus = cfg.get("nthreads"), cfg.get("ngpus")
-        for dev in cfg.get("devices") or []:
-            try:
-                run.ranks.append(
-                    Rank(
-                        int(dev["rank"]),
-                        int(dev.get("pid", 0)),
-                        str(dev.get("hostname", "")),
-                        int(dev.get("device", 0)),
-                        str(dev.get("device_hex", "")),
-                        str(dev.get("device_info", "")),
-                    )
-                )
-            except (KeyError, TypeError, ValueError):
-                issues.append(ParseIssue(path, 1, f"bad device entry {dev!r:.80}"))
-        for res in doc["results"]:
-            try:
-                root = str(res.get("root", "")).strip()
-                row = NcclRow(
-                    int(res["size"]),
-                    int(res.get("count", 0)),
-                    res.get("type"),
-                    res.get("redop"),
-                    int(root) if root.lstrip("-").isdigit() else None,
-                )
-                for key, pre in (("out_of_place", "oop"), ("in_place", "ip")):
-                    half = res.get(key) or {}
-                    setattr(row, f"{pre}_time_us", _f(half.get("time")))
-                    setattr(row, f"{pre}_algbw_gbps", _f(half.get("alg_bw")))
-                    setattr(row, f"{pre}_busbw_gbps", _f(half.get("bus_bw")))
-                    w = _f(half.get("nwrong"))
-                    setattr(row, f"{pre}_wrong", None if w is None else int(w))
-                run.rows.append(row)
-            except (KeyError, TypeError, ValueError) as e:
-                issues.append(ParseIssue(path, 1, f"bad result entry ({e})"))
-        avg = doc.get("average_bus_bandwidth") or {}
-        run.avg_busbw_gbps = _f(avg.get("bandwidth")) if isinstance(avg, dict) else _f(avg)
-        oob = doc.get("out_of_bounds") or {}
-        if isinstance(oob, dict) and "count" in oob:
-            run.out_of_bounds = int(oob["count"])
-        runs.append(run)
+        try:
+            runs.append(_json_run(doc, path, issues))
+        except (TypeError, AttributeError, KeyError, ValueError) as e:
+            issues.append(ParseIssue(path, 1, f"malformed nccl-tests JSON ({type(e).__name__}: {e})"))
     return runs, issues
+
+
+def _json_run(doc: dict[str, Any], path: str, issues: list[ParseIssue]) -> NcclRun:
+    run = NcclRun()
+    args = doc.get("args") or []
+    if args:
+        mo = _RE_OP.search(str(args[0]))
+        run.op = mo.group(1) if mo else None
+    nv = doc.get("nccl_version")
+    if isinstance(nv, int):
+        run.nccl_version = f"{nv // 10000}.{nv // 100 % 100}.{nv % 100}"
+    run.start_time = doc.get("start_time")
+    cfg = doc.get("config") or {}
+    run.nthreads, run.ngpus = cfg.get("nthreads"), cfg.get("ngpus")
+    for dev in cfg.get("devices") or []:
+        try:
+            run.ranks.append(
+                Rank(
+                    int(dev["rank"]),
+                    int(dev.get("pid", 0)),
+                    str(dev.get("hostname", "")),
+                    int(dev.get("device", 0)),
+                    str(dev.get("device_hex", "")),
+                    str(dev.get("device_info", "")),
+                )
+            )
+        except (KeyError, TypeError, ValueError):
+            issues.append(ParseIssue(path, 1, f"bad device entry {dev!r:.80}"))
+    for res in doc["results"]:
+        try:
+            root = str(res.get("root", "")).strip()
+            row = NcclRow(
+                int(res["size"]),
+                int(res.get("count", 0)),
+                res.get("type"),
+                res.get("redop"),
+                int(root) if root.lstrip("-").isdigit() else None,
+            )
+            for key, pre in (("out_of_place", "oop"), ("in_place", "ip")):
+                half = res.get(key) or {}
+                setattr(row, f"{pre}_time_us", _f(half.get("time")))
+                setattr(row, f"{pre}_algbw_gbps", _f(half.get("alg_bw")))
+                setattr(row, f"{pre}_busbw_gbps", _f(half.get("bus_bw")))
+                w = _f(half.get("nwrong"))
+                setattr(row, f"{pre}_wrong", None if w is None else int(w))
+            run.rows.append(row)
+        except (KeyError, TypeError, ValueError) as e:
+            issues.append(ParseIssue(path, 1, f"bad result entry ({e})"))
+    avg = doc.get("average_bus_bandwidth") or {}
+    run.avg_busbw_gbps = _f(avg.get("bandwidth")) if isinstance(avg, dict) else _f(avg)
+    oob = doc.get("out_of_bounds") or {}
+    if isinstance(oob, dict) and "count" in oob:
+        run.out_of_bounds = int(oob["count"])
+    return run
 
 
 def _f(v: object) -> float | None:

@@ -69,7 +69,11 @@ def parse_text(lines: Iterable[str], *, path: str = "<input>") -> SmiReport:
     stack: list[tuple[int, str]] = []  # (indent, normalised key)
     for _lineno, raw in enumerate(lines, 1):
         line = raw.rstrip("\r\n").expandtabs(4)
-        if not line.strip() or line.lstrip().startswith(("#", "===")):
+        if line.lstrip().startswith(("#", "===")):
+            if cur is not None and cur.pci_bus_id is None:
+                cur = None  # a separator between excerpts: the next lines are another GPU
+            continue
+        if not line.strip():
             continue
         indent = len(line) - len(line.lstrip(" "))
         if indent == 0 and line.startswith("GPU ") and _looks_like_gpu(line):

@@ -1,0 +1,401 @@
+"""Kernel-log parser: every line form of fixtures/samples/kmsg, checked value by value."""
+
+from __future__ import annotations
+
+import calendar
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fleettool.formats.kmsg import (
+    KernelLogParser,
+    month_number,
+    parse_iso,
+    parse_kernel_log,
+    parse_kmsg_record,
+)
+from tests.conftest import FIXTURES
+
+SAMPLES = FIXTURES / "samples" / "kmsg" / "xid-lines.txt"
+
+
+def one(line: str, **kw: object):  # type: ignore[no-untyped-def]
+    recs = parse_kernel_log([line], **kw)  # type: ignore[arg-type]
+    assert len(recs) == 1, f"expected one record from {line!r}, got {recs}"
+    return recs[0]
+
+
+def ts(y: int, mo: int, d: int, h: int, mi: int, s: int) -> float:
+    return float(calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)))
+
+
+# (line, kind, code, pci, ts, host, detail subset)
+CASES = [
+    ("NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus", "xid", 79, "0000:44:00", None, None, {}),
+    (
+        "[31543.449443] NVRM: Xid (PCI:0000:01:00): 31, Ch 0000003a, intr 10000000. MMU Fault: x",
+        "xid",
+        31,
+        "0000:01:00",
+        None,
+        None,
+        {"uptime": 31543.449443},
+    ),
+    (
+        "[  365.969681] NVRM: Xid (PCI:0000:01:00): 31, pid=13705, name=UnrealEditor, channel 0x0000000c, intr 0",
+        "xid",
+        31,
+        "0000:01:00",
+        None,
+        None,
+        {"pid": 13705, "process": "UnrealEditor"},
+    ),
+    (
+        "[Fri Aug 30 11:43:14 2024] NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008",
+        "xid",
+        109,
+        "0000:cb:00",
+        ts(2024, 8, 30, 11, 43, 14),
+        None,
+        {"process": "pt_main_thread"},
+    ),
+    (
+        "[Mon Aug  5 03:54:13 2024] NVRM: Xid (PCI:0000:00:07): 31, pid=2512125, name=python3.10, Ch 00000008",
+        "xid",
+        31,
+        "0000:00:07",
+        ts(2024, 8, 5, 3, 54, 13),
+        None,
+        {},
+    ),
+    (
+        "[2397166.923949] NVRM: Xid (PCI:0000:0f:00): 64, pid='<unknown>', name=<unknown>, Row Remapper Error",
+        "xid",
+        64,
+        "0000:0f:00",
+        None,
+        None,
+        {},
+    ),
+    (
+        "May 6 00:38:27 alex kernel: [ 4909.922970] NVRM: Xid (0000:01:00): 13, 0005 00000000 0000502d",
+        "xid",
+        13,
+        "0000:01:00",
+        ts(2024, 5, 6, 0, 38, 27),
+        "alex",
+        {"uptime": 4909.92297},
+    ),
+    (
+        "May 13 17:18:47 hyperion kernel: NVRM: Xid (PCI:0000:08:00): 69, Class Error: ChId 003b",
+        "xid",
+        69,
+        "0000:08:00",
+        ts(2024, 5, 13, 17, 18, 47),
+        "hyperion",
+        {},
+    ),
+    (
+        "kwi 15 10:20:30 serwer kernel: NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=a b, c",
+        "xid",
+        13,
+        "0000:3b:00",
+        ts(2024, 4, 15, 10, 20, 30),
+        "serwer",
+        {"process": "a b"},
+    ),
+    (
+        "NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x0 0x0 0x0 0x0)",
+        "xid",
+        149,
+        "0019:01:00",
+        None,
+        None,
+        {"unit": "NETIR", "nvlink_severity": "fatal", "link": -1},
+    ),
+    (
+        "[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x0)",
+        "xid",
+        149,
+        "0009:01:00",
+        None,
+        None,
+        {"unit": "NETIR_LINK_EVT", "link": 1},
+    ),
+    (
+        "NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008)",
+        "xid",
+        145,
+        "0018:01:00",
+        None,
+        None,
+        {"nvlink_severity": "nonfatal", "link": 13},
+    ),
+    (
+        "kernel: NVRM: Xid (PCI:...): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 11 (...)",
+        "xid",
+        145,
+        None,
+        None,
+        None,
+        {"link": 11},
+    ),
+    (
+        "[171167.621162] NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
+        "xid",
+        154,
+        "0009:01:00",
+        None,
+        None,
+        {"recovery_from": "None", "recovery_to": "Drain and Reset"},
+    ),
+    (
+        "kernel: [16450076.435595] NVRM: Xid (PCI:0002:00:00): 119, pid=1582259, name=nvc:[driver], Timeout after 6s",
+        "xid",
+        119,
+        "0002:00:00",
+        None,
+        None,
+        {"process": "nvc:[driver]"},
+    ),
+    (
+        "kern  :warn  : 2025-01-21T04:41:44,283302+00:00 NVRM: Xid (PCI:0000:38:00): 43, pid=2924364, name=pt_main_thread, Ch 00000008",
+        "xid",
+        43,
+        "0000:38:00",
+        ts(2025, 1, 21, 4, 41, 44) + 0.283302,
+        None,
+        {"pid": 2924364},
+    ),
+    (
+        "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+        "xid",
+        94,
+        "0000:01:00",
+        None,
+        None,
+        {"gpu_instance": 5, "pid": 7194},
+    ),
+    (
+        "NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 45, pid=3, name=x, Preemptive Cleanup caused by previous Xid 149",
+        "xid",
+        45,
+        "0000:01:00",
+        None,
+        None,
+        {"gpu_instance": 5, "compute_instance": 1, "root_cause_xid": 149},
+    ),
+    (
+        "NVRM: Xid (PCI:000f:01:00): 119, pid=3849, name=KMS thread, Timeout after 45s of waiting for RPC response",
+        "xid",
+        119,
+        "000f:01:00",
+        None,
+        None,
+        {"process": "KMS thread"},
+    ),
+    (
+        "[449410.332316] NVRM: Xid (PCI:0003:00:00): 74, pid='<unknown>', name=<unknown>, NVLink: fatal error detected on link 14(0x0, 0x0)",
+        "xid",
+        74,
+        "0003:00:00",
+        None,
+        None,
+        {"link": 14},
+    ),
+    (
+        "192.168.11.119: kern: warning: [2026-04-22T21:30:51.870495804Z]: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+        "xid",
+        79,
+        "0000:3b:00",
+        ts(2026, 4, 22, 21, 30, 51) + 0.870495804,
+        "192.168.11.119",
+        {},
+    ),
+    (
+        "2026-11-30T00:16:40+0000 gpu-30 kernel: NVRM: Xid (PCI:0000:ab:00): 13, pid=48211, name=python3, Graphics SM",
+        "xid",
+        13,
+        "0000:ab:00",
+        ts(2026, 11, 30, 0, 16, 40),
+        "gpu-30",
+        {"pid": 48211},
+    ),
+    (
+        "Xid errors on instance: node-1, Error: May 13 17:18:47 hyperion kernel: NVRM: Xid (PCI:0000:08:00): 69, Class Error",
+        "xid",
+        69,
+        "0000:08:00",
+        ts(2024, 5, 13, 17, 18, 47),
+        "hyperion",
+        {},
+    ),
+    (
+        "ticket 42 diff:371;NVRM: Xid (PCI:0000:08:00): 31, Ch 0000003b",
+        "xid",
+        31,
+        "0000:08:00",
+        None,
+        None,
+        {},
+    ),
+    (
+        "[1,0]<stderr>: gpu-17: [ 12.5] NVRM: Xid (PCI:0000:01:00): 48, DBE",
+        "xid",
+        48,
+        "0000:01:00",
+        None,
+        "gpu-17",
+        {},
+    ),
+    (
+        "nvidia-nvswitch2: SXid (PCI:0000:85:00.0): 12028, Non-fatal, Link 61 egress non-posted PRIV error (First)",
+        "sxid",
+        12028,
+        "0000:85:00",
+        None,
+        None,
+        {"sxid_severity": "nonfatal", "link": 61},
+    ),
+    (
+        "NVRM: Rate limiting GSP RPC error prints for GPU at PCI:0000:9b:00 (printing 1 of every 30).  The GPU likely needs to be reset.",
+        "gsp-rate-limit",
+        None,
+        "0000:9b:00",
+        None,
+        None,
+        {},
+    ),
+    (
+        "NVRM: GPU 0000:5d:00.0: GPU has fallen off the bus.",
+        "fell-off-bus",
+        None,
+        "0000:5d:00",
+        None,
+        None,
+        {},
+    ),
+    (
+        "NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d",
+        "gpu-announce",
+        None,
+        "0000:9b:00",
+        None,
+        None,
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "kind", "code", "pci", "when", "host", "detail"), CASES)
+def test_line_forms(
+    line: str,
+    kind: str,
+    code: int | None,
+    pci: str | None,
+    when: float | None,
+    host: str | None,
+    detail: dict[str, object],
+) -> None:
+    rec = one(line, year=2024)
+    assert rec.kind == kind
+    assert rec.code == code
+    assert rec.pci_bus_id == pci
+    if when is None:
+        assert rec.ts is None
+    else:
+        assert rec.ts == pytest.approx(when, abs=1e-6)
+    assert rec.host == host
+    for k, v in detail.items():
+        assert rec.detail.get(k) == v, (k, rec.detail)
+
+
+CODES_IN_SAMPLES = [13, 31, 32, 43, 63, 64, 69, 74, 79, 94, 95, 109, 119, 120, 137, 144, 145, 149, 154]
+
+
+def test_every_sample_line_is_one_xid_event() -> None:
+    lines = SAMPLES.read_text().splitlines()
+    recs = parse_kernel_log(lines, year=2024)
+    assert len(recs) == len([ln for ln in lines if ln.strip()]) == 61
+    assert all(r.kind == "xid" for r in recs)
+    codes = sorted({r.code for r in recs if r.code is not None})
+    assert codes == CODES_IN_SAMPLES
+    assert sum(1 for r in recs if r.code == 119) == 10
+    domains = {r.pci_bus_id.split(":")[0] for r in recs if r.pci_bus_id}
+    assert {"0000", "0008", "0009", "0018", "0019", "000f", "0002", "0003"} <= domains
+
+
+def test_multiline_fallen_off_the_bus_and_serial_follow_their_first_line() -> None:
+    recs = parse_kernel_log(
+        [
+            "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
+            "               NVRM: (PCI ID: 10de:26b5) installed in this system has",
+            "               NVRM: fallen off the bus and is not responding to commands.",
+            "NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d",
+            "NVRM: GPU Board Serial Number: 1650124014249",
+        ]
+    )
+    assert [r.kind for r in recs] == ["fell-off-bus", "gpu-announce", "gpu-announce"]
+    assert recs[0].pci_bus_id == "0000:b3:00"
+    assert recs[2].serial == "1650124014249" and recs[2].uuid == "GPU-509665ad-b600-ac93-3616-d754b23d636d"
+
+
+def test_other_kernel_lines_are_not_gpu_events_even_on_a_gpu_bus() -> None:
+    lines = [
+        "2026-11-30T00:08:03+0000 gpu-30 kernel: mlx5_core 0000:ab:00.1: mlx5e_ethtool_set_link_ksettings: link up",
+        "2026-11-30T00:44:29+0000 gpu-03 kernel: EXT4-fs (nvme0n1p2): re-mounted. Opts: (null).",
+        "[  5.1] pci 0000:ab:00.0: [10de:2335] type 00 class 0x030200",
+        "nvidia-peermem nv_get_p2p_free_callback:127 ERROR detected invalid context",
+    ]
+    assert parse_kernel_log(lines) == []
+
+
+def test_uptime_lines_take_wall_time_from_a_line_that_carries_both() -> None:
+    p = KernelLogParser(year=2024)
+    a = p.feed("May 6 00:38:27 alex kernel: [ 4909.922970] NVRM: Xid (0000:01:00): 13, x")
+    b = p.feed("[ 4919.922970] NVRM: Xid (PCI:0000:01:00): 31, y")
+    assert a is not None and b is not None and b.ts == pytest.approx(a.ts + 10.0)  # type: ignore[operator]
+    c = p.feed("[    3.000000] NVRM: Xid (PCI:0000:01:00): 31, after a reboot")
+    assert c is not None and c.ts is None  # uptime went back: the old boot time no longer holds
+
+
+def test_syslog_year_rolls_over_at_new_year() -> None:
+    recs = parse_kernel_log(
+        [
+            "Dec 31 23:59:59 h kernel: NVRM: Xid (PCI:0000:01:00): 13, a",
+            "Jan  1 00:00:01 h kernel: NVRM: Xid (PCI:0000:01:00): 13, b",
+        ],
+        year=2025,
+    )
+    assert recs[1].ts == ts(2026, 1, 1, 0, 0, 1)
+
+
+def test_month_names_and_iso() -> None:
+    assert month_number("kwi") == 4 and month_number("Mär") == 3 and month_number("déc.") == 12
+    assert month_number("4月") == 4 and month_number("xyz") is None
+    assert parse_iso("2026-11-30T00:16:39+0000") == ts(2026, 11, 30, 0, 16, 39)
+    assert parse_iso("2025-01-21T05:41:44,5+01:00") == ts(2025, 1, 21, 4, 41, 44) + 0.5
+
+
+def test_dev_kmsg_records() -> None:
+    assert parse_kmsg_record("4,1234,5678901,-;NVRM: Xid (PCI:0000:01:00): 79, x") == (
+        4,
+        1234,
+        5678901,
+        "NVRM: Xid (PCI:0000:01:00): 79, x",
+    )
+    assert parse_kmsg_record(" SUBSYSTEM=pci") is None
+    assert parse_kmsg_record("garbage") is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(max_size=200), max_size=20))
+def test_fuzz_never_raises(lines: list[str]) -> None:
+    parse_kernel_log(lines, year=2024)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="NVRM: Xid(PCI0123456789abcdef,)-[]. pidname=<>'GUkernl", max_size=120))
+def test_fuzz_xid_like_never_raises(body: str) -> None:
+    parse_kernel_log(["NVRM: " + body, "[1.0] NVRM: Xid (" + body, "kernel: SXid (" + body], year=2024)
