@@ -9,6 +9,6 @@ from __future__ import annotations
 
 from fleettool.collectors.base import Collected, Collector
 
-BUILTIN = ["nvml"]
+BUILTIN = ["nvml", "kmsg", "dcgm-exporter"]
 
 __all__ = ["BUILTIN", "Collected", "Collector"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from fleettool.model import Event, GpuInfo, Sample
+from fleettool.model import Event, GpuInfo, PodUse, Sample
 
 
 @dataclass
@@ -13,6 +13,7 @@ class Collected:
     samples: list[Sample] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     gpus: list[GpuInfo] = field(default_factory=list)
+    pods: list[PodUse] = field(default_factory=list)
     errors: int = 0  # errors met during this collection (also reported as events when they change)
 
 

@@ -128,3 +128,16 @@ def normalize_pci_bus_id(raw: str) -> str:
         return f"{int(dom, 16) & 0xFFFF:04x}:{int(bus, 16):02x}:{int(dev, 16):02x}"
     except ValueError:
         return s
+
+
+@dataclass(frozen=True, slots=True)
+class PodUse:
+    """A pod seen using a GPU (dcgm-exporter's attribution labels), at ts."""
+
+    ts: float
+    node: str
+    gpu: int | None
+    uuid: str | None
+    namespace: str
+    pod: str
+    container: str

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from fleettool.agent.watchdog import CollectorRunner
 from fleettool.collectors.base import Collected, Collector
-from fleettool.model import Event, EventKind, GpuInfo, Sample
+from fleettool.model import Event, EventKind, GpuInfo, PodUse, Sample
 from fleettool.store import Store, StoreError
 
 
@@ -55,6 +55,7 @@ class Buffer:
     samples: list[Sample] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     gpus: dict[tuple[str, int | None, str | None], GpuInfo] = field(default_factory=dict)
+    pods: list[PodUse] = field(default_factory=list)
 
     def rows(self) -> int:
         return len(self.samples) + len(self.events)
@@ -221,6 +222,7 @@ class Agent:
         self.buf.events.extend(c.events)
         for g in c.gpus:
             self.buf.gpus[(g.node, g.gpu, g.uuid)] = g
+        self.buf.pods.extend(c.pods)
         over = self.buf.rows() - self.cfg.max_buffer_rows
         if over > 0:
             drop = min(over, len(self.buf.samples))
@@ -243,6 +245,9 @@ class Agent:
             n = store.write_samples(self.buf.samples)
             n += store.write_events(self.buf.events)
             store.upsert_gpus(self.buf.gpus.values(), now)
+            store.record_pods(self.buf.pods)
+            if self.buf.events:
+                store.resolve_event_gpus()  # kernel lines name a PCI id; the inventory knows its index
             store.commit()
             if now - self._last_retention >= self.cfg.retention_every_s:
                 store.apply_retention(now, self.cfg.raw_keep_s, self.cfg.rollup_keep_s)

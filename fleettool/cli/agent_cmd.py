@@ -31,7 +31,11 @@ def _build(
     fake_costs: bool,
     interval: float,
     expect_gpus: int | None,
+    kmsg: str = "auto",
+    dcgm_url: str = "",
 ) -> list:  # type: ignore[type-arg]
+    from fleettool.collectors.dcgm_exporter import DcgmExporterCollector
+    from fleettool.collectors.kmsg import KmsgCollector
     from fleettool.collectors.nvml import NvmlCollector
     from fleettool.sources.base import GpuSource
 
@@ -52,7 +56,12 @@ def _build(
         src = FakeSource(gpus=gpus, recording=recording, inject=faults, costs=fake_costs)
     else:
         raise typer.BadParameter(f"unknown source {source!r} (nvml, fake)", param_hint="--source")
-    return [NvmlCollector(src, node, interval_s=interval, expected_gpus=expect_gpus)]
+    out: list = [NvmlCollector(src, node, interval_s=interval, expected_gpus=expect_gpus)]  # type: ignore[type-arg]
+    if kmsg != "off":
+        out.append(KmsgCollector(node, spec=kmsg))
+    if dcgm_url and dcgm_url != "off":
+        out.append(DcgmExporterCollector(node, dcgm_url))
+    return out
 
 
 def register(app: typer.Typer) -> None:
@@ -76,6 +85,13 @@ def register(app: typer.Typer) -> None:
             list[str] | None, typer.Option("--no-collector", help="disable a collector by id (repeatable)")
         ] = None,
         expect_gpus: Annotated[int | None, typer.Option(help="GPUs this node should have")] = None,
+        kmsg: Annotated[
+            str,
+            typer.Option(help="kernel log: auto (/dev/kmsg, else journalctl), kmsg, journal, a file, or off"),
+        ] = "auto",
+        dcgm_exporter: Annotated[
+            str, typer.Option(help="dcgm-exporter URL to scrape every 10 s, or off")
+        ] = "http://localhost:9400/metrics",
         raw_retention: Annotated[
             str, typer.Option(help="keep raw samples this long, then 1-minute rollups")
         ] = "7d",
@@ -100,7 +116,9 @@ def register(app: typer.Typer) -> None:
 
         name = node or hostname()
         ivl = parse_duration(interval)
-        collectors = _build(name, source, gpus, inject, recording, fake_costs, ivl, expect_gpus)
+        collectors = _build(
+            name, source, gpus, inject, recording, fake_costs, ivl, expect_gpus, kmsg, dcgm_exporter
+        )
         off = set(no_collector or [])
         collectors = [c for c in collectors if c.id not in off]
         cfg = AgentConfig(
@@ -157,7 +175,7 @@ def register(app: typer.Typer) -> None:
 
         name = node or hostname()
         ivl = parse_duration(interval)
-        collectors = _build(name, source, gpus, inject, recording, False, ivl, None)
+        collectors = _build(name, source, gpus, inject, recording, False, ivl, None, kmsg="off")
         if all_tiers_every:
             every = parse_duration(all_tiers_every)
             for c in collectors:

@@ -34,6 +34,7 @@ class SeriesMap:
     int32: list[bool] = field(default_factory=list)
     gpus: dict[tuple[str, int | None, str | None], GpuInfo] = field(default_factory=dict)
     unknown_names: set[str] = field(default_factory=set)
+    pods: set[tuple[str, int | None, str | None, str, str, str]] = field(default_factory=set)
 
 
 def map_series(
@@ -110,6 +111,9 @@ class MetricsIngest:
                 sm.unknown_names.add(names[i])
             if info is not None:
                 sm.gpus.setdefault((info.node, info.gpu, info.uuid), info)
+            lab = labels[i]
+            if lab.get("pod"):  # dcgm-exporter's pod attribution (empty when the GPU is not allocated)
+                sm.pods.add((node, gpu, uuid, lab.get("namespace", ""), lab["pod"], lab.get("container", "")))
 
     def table(self, chunk: Chunk) -> pa.Table:
         self._extend()

@@ -44,6 +44,15 @@ def _metrics(store: Store, path: Path, opts: IngestOptions, rep: FileReport, mil
     rep.nodes.update(n for n in ing.map.node if n)
     if ing.map.gpus:
         store.upsert_gpus(ing.map.gpus.values(), rep.t_max or 0.0)
+    if ing.map.pods:
+        from fleettool.model import PodUse
+
+        uses = []
+        for node, gpu, uuid, ns, pod, cont in ing.map.pods:
+            for t in (rep.t_min, rep.t_max):
+                if t is not None:
+                    uses.append(PodUse(t, node, gpu, uuid, ns, pod, cont))
+        store.record_pods(uses)
 
 
 @register("openmetrics")

@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from fleettool.model import Event, GpuInfo, Sample
+from fleettool.model import Event, GpuInfo, PodUse, Sample
 from fleettool.store.schema import DDL, SCHEMA_VERSION
 
 
@@ -190,6 +190,9 @@ class Store:
             return
         ts = _ts_array([seen_ts])[0].as_py()
         for g in rows:
+            if g.gpu is None and (g.uuid or g.pci_bus_id):  # known only by UUID/PCI id (the driver's lines)
+                self.merge_gpu_identity(g.node, g.uuid, g.pci_bus_id, g.serial, seen_ts)
+                continue
             hit = self.scalar(
                 "SELECT count(*) FROM gpus WHERE node = ? AND gpu IS NOT DISTINCT FROM ? "
                 "AND uuid IS NOT DISTINCT FROM ?",
@@ -217,6 +220,32 @@ class Store:
                 self.con.execute(
                     "INSERT INTO gpus VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [g.node, g.gpu, g.uuid, g.pci_bus_id, g.model, g.driver, g.serial, ts, ts],
+                )
+
+    def record_pods(self, uses: Iterable[PodUse]) -> None:
+        """Which pod used which GPU, as first/last seen intervals (one row per node, GPU, pod, container)."""
+        spans: dict[tuple[str, int | None, str | None, str, str, str], list[float]] = {}
+        for u in uses:
+            k = (u.node, u.gpu, u.uuid, u.namespace, u.pod, u.container)
+            sp = spans.setdefault(k, [u.ts, u.ts])
+            sp[0], sp[1] = min(sp[0], u.ts), max(sp[1], u.ts)
+        for (node, gpu, uuid, ns, pod, cont), (t0, t1) in spans.items():
+            a, b = _ts_array([t0, t1]).to_pylist()
+            hit = self.scalar(
+                "SELECT count(*) FROM gpu_pods WHERE node = ? AND gpu IS NOT DISTINCT FROM ? AND namespace = ? "
+                "AND pod = ? AND container = ?",
+                [node, gpu, ns, pod, cont],
+            )
+            if hit:
+                self.con.execute(
+                    "UPDATE gpu_pods SET first_seen = least(first_seen, ?), last_seen = greatest(last_seen, ?) "
+                    "WHERE node = ? AND gpu IS NOT DISTINCT FROM ? AND namespace = ? AND pod = ? AND container = ?",
+                    [a, b, node, gpu, ns, pod, cont],
+                )
+            else:
+                self.con.execute(
+                    "INSERT INTO gpu_pods VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [node, gpu, uuid, ns, pod, cont, a, b],
                 )
 
     def merge_gpu_identity(
