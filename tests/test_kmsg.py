@@ -399,3 +399,15 @@ def test_fuzz_never_raises(lines: list[str]) -> None:
 @given(st.text(alphabet="NVRM: Xid(PCI0123456789abcdef,)-[]. pidname=<>'GUkernl", max_size=120))
 def test_fuzz_xid_like_never_raises(body: str) -> None:
     parse_kernel_log(["NVRM: " + body, "[1.0] NVRM: Xid (" + body, "kernel: SXid (" + body], year=2024)
+
+
+def test_repeated_xid_text_parses_the_same_with_its_own_time() -> None:
+    body = "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, name=a b, Contained: CE User Channel (0x9)."
+    recs = parse_kernel_log([f"[{10 + i}.5] {body}" for i in range(5)])
+    assert [r.uptime for r in recs] == [10.5, 11.5, 12.5, 13.5, 14.5]
+    assert all(r.detail["uptime"] == r.uptime for r in recs)
+    first = {k: v for k, v in recs[0].detail.items() if k != "uptime"}
+    assert all({k: v for k, v in r.detail.items() if k != "uptime"} == first for r in recs)
+    assert first == {"gpu_instance": 5, "pid": 7194, "process": "a b"}
+    recs[0].detail["pid"] = 1  # a caller changing one record must not change the next
+    assert parse_kernel_log([body])[0].detail["pid"] == 7194

@@ -88,13 +88,16 @@ _RE_SYSLOG = re.compile(
 _RE_CTIME = re.compile(
     r"\[\s*[^\W\d_]{2,4}\.?\s+([^\W\d_]{3,5}\.?)\s+(\d{1,2})\s+(\d\d):(\d\d):(\d\d)\s+(\d{4})\s*\]"
 )
+_RE_BARE_UPTIME = re.compile(r"\s*\[\s*(\d+\.\d+)\]\s*$")
 _RE_UPTIME = re.compile(r"\[\s*(\d+\.\d+)\s*\]")
 _RE_ISO_HOST = re.compile(_ISO + r"\s+(\S+)\s+kernel:")
 _RE_TALOS = re.compile(r"^(\S+?):\s+kern:\s*\w+:\s*\[")
 _RE_HOST_LAUNCHER = re.compile(r"(?:^|[\s>|])([A-Za-z][\w.-]*\w):\s+(?=\[|kernel:|NVRM)")
 
 # -- body patterns ------------------------------------------------------------------------------------------
-_RE_XID = re.compile(r"Xid \(([^)]*)\):\s*(\d+)(?:,\s*(.*))?$")
+_RE_XID = re.compile(
+    r"Xid \(([^)]*)\):\s*(\d+)(?:,\s*(?:pid=('<unknown>'|<unknown>|[^,\s]*)(?:,\s*name=(.*?))?(?:,\s+|$))?(.*))?$"
+)
 _RE_SXID = re.compile(r"(nvidia-nvswitch\d*|nvidia-\w+):\s*SXid \(([^)]*)\):\s*(\d+)(?:,\s*(.*))?$")
 _RE_PID = re.compile(r"^pid=('<unknown>'|<unknown>|[^,\s]*)(?:,\s*name=(.*?))?(?:,\s+(.*)|$)")
 _RE_ROOT = re.compile(r"\s*caused by previous Xid (\d+)\.?\s*$")
@@ -161,13 +164,36 @@ class KernelLogParser:
             str | None, tuple[str, int]
         ] = {}  # host -> (pci, lineno) of "The NVIDIA GPU x"
         self._last_announce: dict[str | None, KernelRecord] = {}
+        self._attr_cache: dict[str, tuple[str | None, dict[str, object]]] = {}
+        self._body_cache: dict[str, tuple[str | None, int | None, str, dict[str, object]]] = {}
+        self._cache_on = True
+        self._cache_hits = 0
+        self._cache_off_at = 0
+        self._prefix_cache: dict[str, tuple[float | None, str | None]] = {}
         self.lineno = 0
 
     # -- time and host -----------------------------------------------------------------------------------
     def _prefix(self, prefix: str) -> tuple[float | None, float | None, str | None]:
+        if not prefix or prefix.isspace():
+            return None, None, None  # a bare line, or a continuation line
+        if "[" not in prefix:  # no uptime: the same prefix (one second of a journal) parses the same way
+            hit = self._prefix_cache.get(prefix)
+            if hit is not None:
+                return hit[0], None, hit[1]
+            ts0, _, host0 = self._prefix_slow(prefix)
+            if len(self._prefix_cache) > 4096:
+                self._prefix_cache.clear()
+            self._prefix_cache[prefix] = (ts0, host0)
+            return ts0, None, host0
+        return self._prefix_slow(prefix)
+
+    def _prefix_slow(self, prefix: str) -> tuple[float | None, float | None, str | None]:
         ts: float | None = None
         up: float | None = None
         host: str | None = None
+        mb = _RE_BARE_UPTIME.match(prefix)
+        if mb:  # plain dmesg: "[ 1234.567890] " and nothing else
+            return self._uptime(None, float(mb.group(1)), None)
         if "kernel:" in prefix:
             m = _RE_ISO_HOST.search(prefix)
             if m:
@@ -178,7 +204,7 @@ class KernelLogParser:
                 if ms:
                     ts = self._syslog_time(ms)
                     host = ms.group(7)
-        if ts is None and "[" in prefix:
+        if ts is None and "[" in prefix and ":" in prefix:
             mc = _RE_CTIME.search(prefix)
             if mc:
                 mon = month_number(mc.group(1))
@@ -211,10 +237,15 @@ class KernelLogParser:
             mu = _RE_UPTIME.search(prefix)
             if mu:
                 up = float(mu.group(1))
-        if host is None:
+        if host is None and ": " in prefix:
             mh = _RE_HOST_LAUNCHER.search(prefix)
             if mh and mh.group(1) not in ("kernel", "kern", "NVRM"):
                 host = mh.group(1)
+        return self._uptime(ts, up, host)
+
+    def _uptime(
+        self, ts: float | None, up: float | None, host: str | None
+    ) -> tuple[float | None, float | None, str | None]:
         if up is not None:
             if self._last_uptime is not None and up < self._last_uptime - 1.0 and not self._boot_given:
                 self.boot_time = None  # uptime went back: a new boot, the old offset no longer holds
@@ -288,49 +319,79 @@ class KernelLogParser:
     def _xid(
         self, raw: str, body: str, ts: float | None, up: float | None, host: str | None
     ) -> KernelRecord | None:
+        if not self._cache_on and self.lineno - self._cache_off_at > 100_000:
+            self._cache_on = True  # try again: a storm may have started
+        cached = self._body_cache.get(body) if self._cache_on else None
+        if cached is not None:  # XID storms repeat the same text; only the time differs
+            self._cache_hits += 1
+            pci, code, text, det = cached
+            d = dict(det)
+            if up is not None:
+                d["uptime"] = up
+            return KernelRecord("xid", self.lineno, raw, ts, up, host, pci, code, text, detail=d)
+        rec = self._xid_parse(raw, body, ts, up, host)
+        if rec is not None and self._cache_on:
+            if len(self._body_cache) >= 2048:
+                # texts are not repeating (hits under 1 in 8): stop paying for the cache
+                self._cache_on = self._cache_hits * 8 >= len(self._body_cache)
+                self._cache_off_at = self.lineno
+                self._body_cache.clear()
+                self._cache_hits = 0
+            det = {k: v for k, v in rec.detail.items() if k != "uptime"}
+            self._body_cache[body] = (rec.pci_bus_id, rec.code, rec.message, det)
+        return rec
+
+    def _xid_parse(
+        self, raw: str, body: str, ts: float | None, up: float | None, host: str | None
+    ) -> KernelRecord | None:
         m = _RE_XID.match(body)
         if not m:
             return None
-        attr, code_s, rest = m.group(1), m.group(2), m.group(3) or ""
-        detail: dict[str, object] = {}
-        pci = _pci_from_attr(attr)
-        mig = _RE_ATTR_MIG.search(attr)
-        if mig:
-            detail["gpu_instance"] = int(mig.group(1))
-            if mig.group(2) is not None:
-                detail["compute_instance"] = int(mig.group(2))
-        msg = rest
-        mp = _RE_PID.match(rest)
-        if mp:
-            pid = mp.group(1).strip("'")
+        attr, code_s, pid, name, msg = m.groups()
+        msg = msg or ""
+        hit = self._attr_cache.get(attr)
+        if hit is None:
+            mig = _RE_ATTR_MIG.search(attr)
+            mig_detail: dict[str, object] = {}
+            if mig:
+                mig_detail["gpu_instance"] = int(mig.group(1))
+                if mig.group(2) is not None:
+                    mig_detail["compute_instance"] = int(mig.group(2))
+            hit = (_pci_from_attr(attr), mig_detail)
+            if len(self._attr_cache) < 1024:
+                self._attr_cache[attr] = hit
+        pci, detail = hit[0], (dict(hit[1]) if hit[1] else {})
+        if pid is not None:
+            pid = pid.strip("'")
             if pid and pid != "<unknown>":
                 detail["pid"] = int(pid) if pid.isdigit() else pid
-            name = mp.group(2)
             if name is not None and name.strip() not in ("<unknown>", "'<unknown>'"):
                 detail["process"] = name.strip()
-            msg = mp.group(3) or ""
-        mr = _RE_ROOT.search(msg)
-        if mr:
-            detail["root_cause_xid"] = int(mr.group(1))
-            msg = msg[: mr.start()]
+        if code_s == "45" and "caused by previous" in msg:
+            mr = _RE_ROOT.search(msg)
+            if mr:
+                detail["root_cause_xid"] = int(mr.group(1))
+                msg = msg[: mr.start()]
         code = int(code_s)
-        mn = _RE_NVLINK5.match(msg)
-        if mn:
-            detail.update(
-                unit=mn.group(1),
-                nvlink_severity="fatal" if mn.group(2) == "Fatal" else "nonfatal",
-                xc=mn.group(3),
-                instance=int(mn.group(4)),
-                link=int(mn.group(5)),
-                registers=mn.group(6).split(),
-            )
-        else:
+        if 144 <= code <= 150:
+            mn = _RE_NVLINK5.match(msg)
+            if mn:
+                detail.update(
+                    unit=mn.group(1),
+                    nvlink_severity="fatal" if mn.group(2) == "Fatal" else "nonfatal",
+                    xc=mn.group(3),
+                    instance=int(mn.group(4)),
+                    link=int(mn.group(5)),
+                    registers=mn.group(6).split(),
+                )
+        if "link" not in detail and (code in (74, 137) or 144 <= code <= 150):
             ml = _RE_LINK.search(msg)
-            if ml and (code in (74, 137) or 144 <= code <= 150):
+            if ml:
                 detail["link"] = int(ml.group(1))
-        m154 = _RE_154.search(msg)
-        if m154:
-            detail.update(recovery_from=m154.group(2), recovery_to=m154.group(4))
+        if code == 154:
+            m154 = _RE_154.search(msg)
+            if m154:
+                detail.update(recovery_from=m154.group(2), recovery_to=m154.group(4))
         if up is not None:
             detail["uptime"] = up
         return KernelRecord("xid", self.lineno, raw, ts, up, host, pci, code, msg.strip(), detail=detail)

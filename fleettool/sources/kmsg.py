@@ -116,7 +116,9 @@ class JournalSource:
     def _pump(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         for line in self.proc.stdout:
-            with contextlib.suppress(queue.Full):  # a flood of kernel lines: dropping beats blocking journalctl
+            with contextlib.suppress(
+                queue.Full
+            ):  # a flood of kernel lines: dropping beats blocking journalctl
                 self.q.put(line, timeout=1.0)
 
     def read(self, max_lines: int) -> list[str]:
