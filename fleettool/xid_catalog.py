@@ -32,7 +32,7 @@ class RepeatRule:
     severity: Severity
     action: Action
     reason: str
-    boots: int | None = None  # escalate after the code is seen in this many distinct boots
+    reboots: int | None = None  # escalate when the code recurs after this many reboots (reboots+1 boots)
     incidents: int | None = None  # or in this many separate bursts ...
     within_s: float | None = None  # ... within this window
     gap_s: float = 600.0  # lines closer than this are one burst
@@ -83,7 +83,7 @@ def _repeat(name: str | None) -> RepeatRule | None:
         severity=Severity(prof["severity"]),
         action=Action(prof["action"]),
         reason=str(prof["reason"]),
-        boots=prof.get("boots"),
+        reboots=prof.get("reboots"),
         incidents=prof.get("incidents"),
         within_s=_duration(prof["within"]) if "within" in prof else None,
         gap_s=_duration(prof.get("gap", "10m")),

@@ -60,7 +60,7 @@ def test_every_code_has_a_reasoned_judgement_and_hardware_codes_escalate() -> No
         assert j.reason, code
     for code in (48, 74, 79, 95, 119):
         rep = judge(code).repeat
-        assert rep is not None and rep.boots == 2 and rep.action == Action.INSPECT_HARDWARE
+        assert rep is not None and rep.reboots == 2 and rep.action == Action.INSPECT_HARDWARE
     rep13 = judge(13).repeat
     assert rep13 is not None and rep13.incidents == 3
 

@@ -16,7 +16,17 @@ from fleettool.cli.exit_codes import ExitCode
 DEMO_DIR = Path(__file__).resolve().parent.parent / "data" / "demo"
 
 
-def _replay(db: Path, src: Path, node: str | None, strict: bool, as_json: bool, quiet: bool) -> None:
+def _replay(
+    db: Path,
+    src: Path,
+    node: str | None,
+    strict: bool,
+    as_json: bool,
+    quiet: bool,
+    rules_paths: list[Path] | None = None,
+) -> None:
+    from fleettool.engine.evaluate import evaluate, write_alerts
+    from fleettool.engine.rules import RuleError, load_rules
     from fleettool.formats.errors import ParseError
     from fleettool.recording.reader import IngestOptions, ingest
     from fleettool.report import render_text, summarize
@@ -31,6 +41,18 @@ def _replay(db: Path, src: Path, node: str | None, strict: bool, as_json: bool, 
         except OSError as e:
             raise die(f"{e}", ExitCode.BAD_INPUT) from None
         summaries = summarize(store)
+        try:
+            rules = load_rules(rules_paths)
+        except (RuleError, OSError) as e:
+            raise die(str(e), ExitCode.BAD_INPUT) from None
+        incidents = evaluate(store, rules)
+        store.begin()
+        write_alerts(store, incidents)
+        store.commit()
+        alerts = store.query(
+            "SELECT severity, category, node, gpu, action, state, summary FROM alerts "
+            "ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, node, gpu"
+        )
     if as_json:
         out = {
             "files": [r.as_dict() for r in reports],
@@ -47,6 +69,7 @@ def _replay(db: Path, src: Path, node: str | None, strict: bool, as_json: bool, 
                 }
                 for s in summaries
             ],
+            "alerts": alerts,
         }
         json.dump(out, sys.stdout, indent=1, default=str)
         print()
@@ -65,6 +88,16 @@ def _replay(db: Path, src: Path, node: str | None, strict: bool, as_json: bool, 
         print(f"{r.path} [{r.format}] {status}")
     print()
     print(render_text(summaries))
+    print()
+    if not alerts:
+        print("alerts: none")
+    else:
+        print(f"alerts ({len(alerts)}):")
+        for a in alerts:
+            gpu = "-" if a["gpu"] is None else a["gpu"]
+            print(
+                f"  {a['severity']:8s} {a['category']:10s} {a['node']} gpu {gpu}  {a['action']:16s} {a['summary']}"
+            )
 
 
 def register(app: typer.Typer) -> None:
@@ -80,6 +113,10 @@ def register(app: typer.Typer) -> None:
         ] = False,
         json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="do not list skipped lines")] = False,
+        rules: Annotated[
+            list[Path] | None,
+            typer.Option("--rules", help="rule files or directories (default: the built-in set)"),
+        ] = None,
     ) -> None:
         """Ingest a recording into the store in the recording's own time, and report what it holds.
 
@@ -88,7 +125,7 @@ def register(app: typer.Typer) -> None:
 
         Example: fleettool replay fixtures/scenarios/thermal-throttle --db /tmp/t.duckdb
         """
-        _replay(db, recording, node, strict, json_out, quiet)
+        _replay(db, recording, node, strict, json_out, quiet, rules)
 
     @app.command()
     def demo(

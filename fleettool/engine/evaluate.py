@@ -1,0 +1,368 @@
+"""Evaluate rules over the store in event time, fold findings into incidents, write the alerts table.
+
+A *finding* is one rule's alert instance on one entity (what promtool would call an alert). An *incident* is
+what an on-call engineer gets paged for: every finding of one GPU (or node) with the same incident key whose
+times overlap becomes one alert, with the worst severity, the strongest action, and every finding, event and
+run as evidence (so an XID 48, the DBE counter and the pending remap of one GPU are one alert, not three).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleettool.engine.kinds import KIND_FUNCS, Entity, KindResult
+from fleettool.engine.rules import Rule
+from fleettool.engine.state import FIRING, PENDING, RESOLVED, Instance, run_observations
+from fleettool.model import Action, Category, Severity
+from fleettool.store import Store
+from fleettool.store.db import dumps_evidence
+from fleettool.xid_catalog import judge
+
+# where an XID's findings join other findings of the same GPU
+INCIDENT_OF_CATEGORY = {
+    "ecc": "memory",
+    "row-remap": "memory",
+    "gpu-lost": "lost",
+    "nvlink": "nvlink",
+    "pcie": "pcie",
+    "thermal": "clocks",
+    "power": "clocks",
+    "xid": "xid",
+}
+SXID_SEVERITY = {"fatal": (Severity.CRITICAL, Action.RESET_GPU), "nonfatal": (Severity.INFO, Action.NONE)}
+
+
+@dataclass
+class Finding:
+    rule: Rule
+    node: str
+    gpu: int | None
+    key: str
+    inst: Instance
+    severity: Severity
+    category: Category
+    action: Action
+    incident: str
+    summary: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def state(self) -> str:
+        return self.inst.state
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule.alert,
+            "key": self.key,
+            "state": self.inst.state,
+            "severity": self.severity.value,
+            "category": self.category.value,
+            "action": self.action.value,
+            "first_seen": self.inst.first_seen,
+            "fired_at": self.inst.fired_at,
+            "last_seen": self.inst.last_seen,
+            "resolved_at": self.inst.resolved_at,
+            "value": self.inst.value,
+            "summary": self.summary,
+            **self.evidence,
+        }
+
+
+def _fmt_ts(t: float | None) -> str:
+    if t is None:
+        return "?"
+    return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _fmt_dur(s: float) -> str:
+    s = abs(s)
+    if s >= 2 * 86400:
+        return f"{s / 86400:.0f}d"
+    if s >= 2 * 3600:
+        return f"{s / 3600:.1f}h"
+    if s >= 120:
+        return f"{s / 60:.0f}m"
+    return f"{s:.0f}s"
+
+
+class _SafeDict(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def render(template: str, **kw: Any) -> str:
+    try:
+        return template.format_map(_SafeDict(kw))
+    except (ValueError, IndexError):
+        return template
+
+
+def data_range(store: Store) -> tuple[float, float] | None:
+    rows = store.con.execute(
+        """SELECT min(t0), max(t1) FROM (
+             SELECT min(ts) AS t0, max(ts) AS t1 FROM samples
+             UNION ALL SELECT min(minute), max(minute) FROM samples_1m
+             UNION ALL SELECT min(ts), max(ts) FROM events
+             UNION ALL SELECT min(ts), max(ts) FROM nccl_runs)"""
+    ).fetchall()
+    t0, t1 = rows[0]
+    if t0 is None:
+        return None
+    conv = [x.replace(tzinfo=dt.timezone.utc).timestamp() for x in (t0, t1)]
+    return conv[0], conv[1]
+
+
+def evaluate_rule(store: Store, rule: Rule, start: float, end: float) -> list[Finding]:
+    res: KindResult = KIND_FUNCS[rule.kind](store, rule, start, end)
+    out: list[Finding] = []
+    for ent, obs in res.obs.items():
+        insts = run_observations(obs, rule.for_s, rule.keep_s, end)
+        extra = res.extra.get(ent, {})
+        for inst in insts:
+            if inst.state == PENDING:
+                continue  # never fired: not an alert (yet)
+            out.extend(_findings(rule, ent, inst, extra))
+    return out
+
+
+def _findings(rule: Rule, ent: Entity, inst: Instance, extra: dict[str, Any]) -> list[Finding]:
+    node, gpu, key = ent
+    sev, cat, act = rule.severity, rule.category, rule.action
+    incident = rule.incident_key
+    evidence: dict[str, Any] = {k: v for k, v in extra.items() if k not in ("severity", "events", "peak")}
+    if extra.get("peak") is not None:
+        evidence["peak"] = extra["peak"]
+    if "severity" in extra:
+        sev = Severity(extra["severity"])
+    summary_kw: dict[str, Any] = {
+        "node": node,
+        "gpu": "-" if gpu is None else gpu,
+        "key": key,
+        "value": _num(inst.value),
+        "peak": _num(extra.get("peak")),
+        "since": _fmt_ts(inst.first_seen),
+        "duration": _fmt_dur(inst.last_seen - inst.first_seen),
+        "value_hex": hex(int(inst.value)) if isinstance(inst.value, (int, float)) else "?",
+    }
+    if "time_to_exhaustion_s" in extra and extra["time_to_exhaustion_s"] is not None:
+        summary_kw["exhaustion"] = _fmt_dur(float(extra["time_to_exhaustion_s"]))
+    if rule.kind == "event":
+        evs = [e for e in extra.get("events", []) if inst.first_seen - 1 <= e["ts"] <= inst.last_seen + 1]
+        evidence["events"] = evs[-20:]
+        evidence["event_count"] = len(evs)
+        last = evs[-1] if evs else None
+        if last is not None:
+            summary_kw.update(code=last["code"], message=last["message"][:120], count=len(evs))
+            if last["kind"] == "xid" and rule.p("use_xid_policy", True):
+                j = judge(int(last["code"]), last.get("detail") or {})
+                sev, cat, act = j.severity, j.category, j.action
+                summary_kw["name"] = j.name
+                evidence["judgement"] = j.reason
+                incident = INCIDENT_OF_CATEGORY.get(cat.value, "xid")
+                esc = _escalation(j, extra.get("events", []), extra.get("boots", []))
+                if esc is not None:
+                    sev, act, why = esc
+                    evidence["escalated"] = why
+            elif last["kind"] == "sxid":
+                sev, act = SXID_SEVERITY.get(
+                    str((last.get("detail") or {}).get("sxid_severity")),
+                    (Severity.WARNING, Action.INSPECT_HARDWARE),
+                )
+    summary = render(rule.summary, **summary_kw) if rule.summary else rule.alert
+    return [Finding(rule, node, gpu, key, inst, sev, cat, act, incident, summary, evidence)]
+
+
+def _num(v: Any) -> str:
+    if v is None:
+        return "?"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _escalation(j: Any, evs: list[dict[str, Any]], boots: list[float]) -> tuple[Severity, Action, str] | None:
+    rep = j.repeat
+    if rep is None or not evs:
+        return None
+    times = sorted(e["ts"] for e in evs)
+    if rep.reboots is not None:
+        epochs = {sum(1 for b in boots if b < t) for t in times}
+        if len(epochs) >= rep.reboots + 1:
+            return rep.severity, rep.action, f"seen in {len(epochs)} boots: {rep.reason}"
+    if rep.incidents is not None:
+        bursts = [times[0]]
+        for a, b in zip(times, times[1:], strict=False):
+            if b - a > rep.gap_s:
+                bursts.append(b)
+        within = rep.within_s or float("inf")
+        recent = [t for t in bursts if times[-1] - t <= within]
+        if len(recent) >= rep.incidents:
+            return rep.severity, rep.action, f"{len(recent)} separate bursts: {rep.reason}"
+    return None
+
+
+@dataclass
+class Incident:
+    node: str
+    gpu: int | None
+    key: str
+    findings: list[Finding]
+
+    @property
+    def primary(self) -> Finding:
+        return max(self.findings, key=lambda f: (f.severity.rank, f.rule.priority, f.action.rank))
+
+    @property
+    def severity(self) -> Severity:
+        return max((f.severity for f in self.findings), key=lambda s: s.rank)
+
+    @property
+    def action(self) -> Action:
+        return max((f.action for f in self.findings), key=lambda a: a.rank)
+
+    @property
+    def first_seen(self) -> float:
+        return min(f.inst.fired_at or f.inst.first_seen for f in self.findings)
+
+    @property
+    def last_seen(self) -> float:
+        return max(f.inst.last_seen for f in self.findings)
+
+    @property
+    def state(self) -> str:
+        states = {f.state for f in self.findings}
+        return FIRING if FIRING in states else RESOLVED
+
+    @property
+    def alert_id(self) -> str:
+        h = hashlib.sha256(f"{self.node}|{self.gpu}|{self.key}|{self.first_seen:.0f}".encode()).hexdigest()
+        return h[:16]
+
+    def summary(self) -> str:
+        p = self.primary
+        others = sorted({f.rule.alert for f in self.findings} - {p.rule.alert})
+        return p.summary + (f" (with {', '.join(others)})" if others else "")
+
+
+def _end_of(f: Finding, horizon: float) -> float:
+    return f.inst.resolved_at if f.inst.resolved_at is not None else horizon
+
+
+def fold(findings: list[Finding], horizon: float) -> list[Incident]:
+    """One incident per fault: findings of the same (node, gpu, incident key) whose times overlap."""
+    by: dict[tuple[str, int | None, str], list[Finding]] = {}
+    for f in findings:
+        by.setdefault((f.node, f.gpu, f.incident), []).append(f)
+    out: list[Incident] = []
+    for (node, gpu, key), fs in by.items():
+        fs.sort(key=lambda f: f.inst.first_seen)
+        cur: list[Finding] = []
+        cur_end = -1e300
+        for f in fs:
+            if cur and f.inst.first_seen > cur_end:
+                out.append(Incident(node, gpu, key, cur))
+                cur = []
+            cur.append(f)
+            cur_end = max(cur_end, _end_of(f, horizon))
+        if cur:
+            out.append(Incident(node, gpu, key, cur))
+    # node-level findings of a key join a GPU incident of the same node and key when there is exactly one
+    return out
+
+
+def evaluate(
+    store: Store, rules: list[Rule], start: float | None = None, end: float | None = None
+) -> list[Incident]:
+    rng = data_range(store)
+    if rng is None:
+        return []
+    s = rng[0] if start is None else start
+    e = rng[1] if end is None else end
+    boots = _boots(store)
+    findings: list[Finding] = []
+    for r in rules:
+        fs = evaluate_rule(store, r, s, e) if r.kind != "event" else _event_rule(store, r, s, e, boots)
+        findings.extend(fs)
+    return fold(findings, e)
+
+
+def _event_rule(store: Store, r: Rule, s: float, e: float, boots: dict[str, list[float]]) -> list[Finding]:
+    res = KIND_FUNCS["event"](store, r, s, e)
+    out: list[Finding] = []
+    for ent, obs in res.obs.items():
+        extra = dict(res.extra.get(ent, {}))
+        extra["boots"] = boots.get(ent[0], [])
+        for inst in run_observations(obs, r.for_s, r.keep_s, e):
+            if inst.state != PENDING:
+                out.extend(_findings(r, ent, inst, extra))
+    return out
+
+
+def _boots(store: Store) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for node, ts in store.con.execute(
+        "SELECT node, ts FROM events WHERE kind = 'boot' AND ts IS NOT NULL"
+    ).fetchall():
+        out.setdefault(node, []).append(ts.replace(tzinfo=dt.timezone.utc).timestamp())
+    return out
+
+
+def _dt(t: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).replace(tzinfo=None)
+
+
+def write_alerts(store: Store, incidents: list[Incident]) -> int:
+    """Upsert incidents into the alerts table. An open alert of the same node, GPU and incident key that the
+    new incident overlaps keeps its id and first_seen (incremental evaluation in the agent)."""
+    n = 0
+    for inc in incidents:
+        p = inc.primary
+        uuid = None
+        if inc.gpu is not None:
+            uuid = store.scalar(
+                "SELECT any_value(uuid) FROM gpus WHERE node = ? AND gpu = ?", [inc.node, inc.gpu]
+            )
+        evidence = {
+            "incident": inc.key,
+            "findings": [f.as_dict() for f in inc.findings],
+            "series": sorted(
+                {(f.rule.p("metric"), f.rule.alert) for f in inc.findings if f.rule.p("metric")}
+            ),
+            "window": [inc.first_seen - 600, inc.last_seen + 600],
+        }
+        existing = store.query(
+            "SELECT alert_id, first_seen FROM alerts WHERE node = ? AND gpu IS NOT DISTINCT FROM ? "
+            "AND json_extract_string(evidence, '$.incident') = ? AND last_seen >= ? ORDER BY first_seen LIMIT 1",
+            [inc.node, inc.gpu, inc.key, _dt(inc.first_seen - 1)],
+        )
+        alert_id = existing[0]["alert_id"] if existing else inc.alert_id
+        first = (
+            min(inc.first_seen, existing[0]["first_seen"].replace(tzinfo=dt.timezone.utc).timestamp())
+            if existing
+            else inc.first_seen
+        )
+        store.con.execute("DELETE FROM alerts WHERE alert_id = ?", [alert_id])
+        store.con.execute(
+            "INSERT INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                alert_id,
+                p.rule.alert,
+                p.category.value,
+                inc.severity.value,
+                inc.node,
+                inc.gpu,
+                uuid,
+                inc.action.value,
+                inc.state,
+                _dt(first),
+                _dt(inc.last_seen),
+                inc.summary(),
+                p.rule.runbook,
+                dumps_evidence(evidence),
+            ],
+        )
+        n += 1
+    return n

@@ -1,0 +1,267 @@
+"""Rule files: Prometheus-like groups of typed rules, loaded from YAML and validated.
+
+    groups:
+      - name: thermal
+        rules:
+          - alert: GpuThermalSlowdown
+            kind: threshold            # threshold | increase | rate | trend | peer | event | absent | nccl_localize | sql
+            metric: clock_event_reasons
+            bitmask_any: 0x60
+            for: 2m
+            keep_firing_for: 5m
+            severity: warning          # info | warning | critical
+            category: thermal          # DESIGN.md's vocabulary
+            action: inspect-hardware
+            incident: clocks           # findings of one GPU with the same incident key become one alert
+            summary: "GPU {gpu} on {node}: thermal slowdown for {duration}"
+            references: [...]
+            false_positives: [...]
+
+The runbook link is derived from the alert name: GpuThermalSlowdown -> runbooks/gpu-thermal-slowdown.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fleettool.metrics import METRICS
+from fleettool.model import Action, Category, Severity
+
+KINDS = ("threshold", "increase", "rate", "trend", "peer", "event", "absent", "nccl_localize", "sql")
+OPS = (">", ">=", "<", "<=", "==", "!=")
+RUNBOOK_BASE = "runbooks/"
+
+# the fields each kind understands (beyond the common ones)
+KIND_FIELDS: dict[str, set[str]] = {
+    "threshold": {"metric", "op", "value", "than_metric", "bitmask_any", "sub", "min_value_of", "where"},
+    "increase": {"metric", "op", "value", "window", "sub"},
+    "rate": {"metric", "op", "value", "window", "sub", "per_lane_gen"},
+    "trend": {"metric", "window", "min_increase", "capacity", "horizon", "critical_within"},
+    "peer": {
+        "metric",
+        "scope",
+        "below_fraction",
+        "above_fraction",
+        "window",
+        "min_peers",
+        "when_metric",
+        "when_min",
+    },
+    "event": {"events", "codes", "use_xid_policy"},
+    "absent": {"metric", "after", "mode"},
+    "nccl_localize": {"slow_fraction", "min_size", "op"},
+    "sql": {"query"},
+}
+COMMON = {
+    "alert",
+    "kind",
+    "for",
+    "keep_firing_for",
+    "severity",
+    "category",
+    "action",
+    "incident",
+    "priority",
+    "summary",
+    "references",
+    "false_positives",
+    "maturity",
+    "description",
+}
+
+
+class RuleError(ValueError):
+    """A rule file that cannot be used: names the file, the rule and what is wrong."""
+
+
+def parse_duration(v: Any) -> float:
+    if v is None:
+        return 0.0
+    if isinstance(v, (int, float)):
+        return float(v)
+    s = str(v).strip()
+    total = 0.0
+    for num, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)", s):
+        total += float(num) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[unit]
+    if not re.fullmatch(r"(\d+(?:\.\d+)?(ms|s|m|h|d|w))+", s):
+        raise ValueError(f"bad duration {v!r}")
+    return total
+
+
+def kebab(name: str) -> str:
+    """GpuThermalSlowdown -> gpu-thermal-slowdown; XIDByCatalog -> xid-by-catalog."""
+    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1-\2", name)
+    s = re.sub(r"([a-z0-9])([A-Z])", r"\1-\2", s)
+    return s.replace("_", "-").lower()
+
+
+@dataclass(frozen=True)
+class Rule:
+    alert: str
+    kind: str
+    severity: Severity
+    category: Category
+    action: Action
+    for_s: float = 0.0
+    keep_s: float = 0.0
+    incident: str = ""
+    priority: int = 0
+    summary: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    references: tuple[str, ...] = ()
+    false_positives: tuple[str, ...] = ()
+    maturity: str = "stable"
+    group: str = ""
+    source: str = ""
+
+    @property
+    def runbook(self) -> str:
+        return f"{RUNBOOK_BASE}{kebab(self.alert)}.md"
+
+    @property
+    def incident_key(self) -> str:
+        return self.incident or self.alert
+
+    def p(self, key: str, default: Any = None) -> Any:
+        return self.params.get(key, default)
+
+
+def _rule(d: dict[str, Any], where: str, group: str) -> Rule:
+    def err(msg: str) -> RuleError:
+        return RuleError(f"{where}: rule {d.get('alert', '?')!r}: {msg}")
+
+    if not isinstance(d, dict):
+        raise RuleError(f"{where}: a rule must be a mapping")
+    for key in ("alert", "kind", "severity", "category", "action"):
+        if key not in d:
+            raise err(f"missing {key!r}")
+    kind = d["kind"]
+    if kind not in KINDS:
+        raise err(f"unknown kind {kind!r} (one of {', '.join(KINDS)})")
+    unknown = set(d) - COMMON - KIND_FIELDS[kind]
+    if unknown:
+        raise err(f"unknown field(s) {sorted(unknown)} for kind {kind}")
+    try:
+        sev, cat, act = Severity(d["severity"]), Category(d["category"]), Action(d["action"])
+    except ValueError as e:
+        raise err(str(e)) from None
+    metric = d.get("metric")
+    if metric is not None and metric not in METRICS:
+        raise err(f"unknown metric {metric!r}")
+    for mkey in ("than_metric", "when_metric", "min_value_of"):
+        if d.get(mkey) is not None and d[mkey] not in METRICS:
+            raise err(f"unknown metric {d[mkey]!r} in {mkey}")
+    if "op" in d and d["op"] not in OPS:
+        raise err(f"unknown op {d['op']!r}")
+    if (
+        kind in ("threshold", "increase", "rate", "trend", "peer", "absent")
+        and metric is None
+        and kind != "absent"
+    ):
+        raise err("needs a metric")
+    if kind == "sql" and not d.get("query"):
+        raise err("needs a query")
+    try:
+        for_s = parse_duration(d.get("for"))
+        keep_s = parse_duration(d.get("keep_firing_for"))
+        params = dict(d)
+        for k in ("window", "horizon", "after", "critical_within"):
+            if k in params:
+                params[k] = parse_duration(params[k])
+    except ValueError as e:
+        raise err(str(e)) from None
+    for k in COMMON:
+        params.pop(k, None)
+    return Rule(
+        alert=str(d["alert"]),
+        kind=kind,
+        severity=sev,
+        category=cat,
+        action=act,
+        for_s=for_s,
+        keep_s=keep_s,
+        incident=str(d.get("incident", "")),
+        priority=int(d.get("priority", 0)),
+        summary=str(d.get("summary", "")),
+        params=params,
+        references=tuple(d.get("references") or ()),
+        false_positives=tuple(d.get("false_positives") or ()),
+        maturity=str(d.get("maturity", "stable")),
+        group=group,
+        source=where,
+    )
+
+
+def parse_rules(text: str, where: str) -> list[Rule]:
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise RuleError(f"{where}{line}: not YAML ({getattr(e, 'problem', e)})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("groups"), list):
+        raise RuleError(f"{where}: expected a mapping with a 'groups' list")
+    out = []
+    for g in doc["groups"]:
+        if not isinstance(g, dict) or "name" not in g or not isinstance(g.get("rules"), list):
+            raise RuleError(f"{where}: each group needs a name and a rules list")
+        for r in g["rules"]:
+            out.append(_rule(r, where, str(g["name"])))
+    return out
+
+
+def builtin_rule_files() -> list[tuple[str, str]]:
+    root = resources.files("fleettool.rules")
+    return sorted(
+        (f"rules/{p.name}", p.read_text(encoding="utf-8"))
+        for p in root.iterdir()
+        if p.name.endswith((".yaml", ".yml")) and p.is_file()
+    )
+
+
+def load_rules(paths: list[Path] | None = None) -> list[Rule]:
+    """The built-in rules, or the rule files given (files or directories). Names must be unique."""
+    files: list[tuple[str, str]] = []
+    if paths:
+        for p in paths:
+            if p.is_dir():
+                files += [(str(f), f.read_text()) for f in sorted(p.glob("*.y*ml")) if f.is_file()]
+            else:
+                files.append((str(p), p.read_text()))
+    else:
+        files = builtin_rule_files()
+    rules: list[Rule] = []
+    seen: dict[str, str] = {}
+    for where, text in files:
+        for r in parse_rules(text, where):
+            if r.alert in seen:
+                raise RuleError(f"{where}: rule {r.alert!r} is also defined in {seen[r.alert]}")
+            seen[r.alert] = where
+            rules.append(r)
+    return rules
+
+
+def runbook_names() -> set[str]:
+    root = resources.files("fleettool.runbooks")
+    return {p.name for p in root.iterdir() if p.name.endswith(".md") and p.name.lower() != "readme.md"}
+
+
+def check_rules(rules: list[Rule]) -> list[str]:
+    """Lint beyond the schema: every rule has a runbook and a summary; every runbook has a rule."""
+    problems = []
+    books = runbook_names()
+    wanted = {kebab(r.alert) + ".md" for r in rules}
+    for r in rules:
+        if kebab(r.alert) + ".md" not in books:
+            problems.append(f"{r.source}: rule {r.alert}: no runbook {r.runbook}")
+        if not r.summary:
+            problems.append(f"{r.source}: rule {r.alert}: no summary")
+    for b in sorted(books - wanted):
+        problems.append(f"runbooks/{b}: no rule named after it")
+    return problems

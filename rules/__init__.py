@@ -1,0 +1,1 @@
+"""Rule files (YAML data) and their tests; shipped as package data."""

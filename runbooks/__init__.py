@@ -1,0 +1,1 @@
+"""Runbooks, one markdown file per alert rule; shipped as package data."""
