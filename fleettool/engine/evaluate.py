@@ -115,12 +115,18 @@ def data_range(store: Store) -> tuple[float, float] | None:
     return conv[0], conv[1]
 
 
-def evaluate_rule(store: Store, rule: Rule, start: float, end: float) -> list[Finding]:
+def evaluate_rule(
+    store: Store, rule: Rule, start: float, end: float, boots: dict[str, list[float]] | None = None
+) -> list[Finding]:
     res: KindResult = KIND_FUNCS[rule.kind](store, rule, start, end)
+    if rule.kind == "event" and boots is None:
+        boots = _boots(store)
     out: list[Finding] = []
     for ent, obs in res.obs.items():
         insts = run_observations(obs, rule.for_s, rule.keep_s, end)
         extra = res.extra.get(ent, {})
+        if boots is not None:
+            extra = {**extra, "boots": boots.get(ent[0], [])}
         for inst in insts:
             if inst.state == PENDING:
                 continue  # never fired: not an alert (yet)
@@ -284,21 +290,8 @@ def evaluate(
     boots = _boots(store)
     findings: list[Finding] = []
     for r in rules:
-        fs = evaluate_rule(store, r, s, e) if r.kind != "event" else _event_rule(store, r, s, e, boots)
-        findings.extend(fs)
+        findings.extend(evaluate_rule(store, r, s, e, boots))
     return fold(findings, e)
-
-
-def _event_rule(store: Store, r: Rule, s: float, e: float, boots: dict[str, list[float]]) -> list[Finding]:
-    res = KIND_FUNCS["event"](store, r, s, e)
-    out: list[Finding] = []
-    for ent, obs in res.obs.items():
-        extra = dict(res.extra.get(ent, {}))
-        extra["boots"] = boots.get(ent[0], [])
-        for inst in run_observations(obs, r.for_s, r.keep_s, e):
-            if inst.state != PENDING:
-                out.extend(_findings(r, ent, inst, extra))
-    return out
 
 
 def _boots(store: Store) -> dict[str, list[float]]:

@@ -1,0 +1,142 @@
+"""`fleettool rules list|check|test|export`: the rule set as data, linted and unit-tested."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fleettool.cli.common import die
+from fleettool.cli.exit_codes import ExitCode
+
+rules_app = typer.Typer(help="Inspect, lint, test and export the alert rules.", no_args_is_help=True)
+
+RulesOpt = Annotated[
+    list[Path] | None, typer.Option("--rules", help="rule files or directories (default: the built-in set)")
+]
+
+
+def _load(paths: list[Path] | None):  # type: ignore[no-untyped-def]
+    from fleettool.engine.rules import RuleError, load_rules
+
+    try:
+        return load_rules(paths)
+    except (RuleError, OSError) as e:
+        raise die(str(e), ExitCode.BAD_INPUT) from None
+
+
+@rules_app.command("list")
+def list_rules(rules: RulesOpt = None, json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List the rules: name, kind, severity, category, action, runbook.
+
+    Example: fleettool rules list --json
+    """
+    rs = _load(rules)
+    rows = [
+        {
+            "alert": r.alert,
+            "kind": r.kind,
+            "severity": r.severity.value,
+            "category": r.category.value,
+            "action": r.action.value,
+            "for": r.for_s,
+            "incident": r.incident_key,
+            "runbook": r.runbook,
+            "source": r.source,
+        }
+        for r in rs
+    ]
+    if json_out:
+        json.dump(rows, sys.stdout, indent=1)
+        print()
+        return
+    for r in rows:
+        print(f"{r['alert']:34s} {r['kind']:14s} {r['severity']:8s} {r['category']:10s} {r['action']}")
+
+
+@rules_app.command()
+def check(rules: RulesOpt = None) -> None:
+    """Lint the rules: schema, unique names, known metrics, a runbook for every rule and a rule for every
+    runbook, every rule covered by a test with a must-not-fire case. Exit 1 on any problem.
+
+    Example: fleettool rules check
+    """
+    from fleettool.engine.rules import check_rules
+    from fleettool.engine.ruletest import builtin_test_files, coverage
+
+    rs = _load(rules)
+    problems = check_rules(rs)
+    if rules is None:
+        problems += coverage(rs, builtin_test_files())
+    for p in problems:
+        print(p)
+    print(f"{len(rs)} rules, {len(problems)} problems", file=sys.stderr)
+    if problems:
+        raise typer.Exit(int(ExitCode.FAILURE))
+
+
+@rules_app.command()
+def test(
+    files: Annotated[
+        list[Path] | None, typer.Argument(help="test files (default: the built-in rules/tests)")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Run rule unit tests written in promtool's format (input_series, alert_rule_test, exp_alerts; empty
+    exp_alerts = must not fire), extended with input_events, input_nccl_runs and recorded input_files.
+
+    Example: fleettool rules test rules/tests/thermal.test.yaml
+    """
+    from fleettool.engine.rules import RuleError
+    from fleettool.engine.ruletest import builtin_test_files, run_test_file
+
+    paths = files or builtin_test_files()
+    failed = 0
+    total = 0
+    for p in paths:
+        try:
+            results = run_test_file(p)
+        except (RuleError, OSError, KeyError, ValueError) as e:
+            print(f"{p}: {e}")
+            failed += 1
+            continue
+        for r in results:
+            total += 1
+            if not r.ok:
+                failed += 1
+                print(f"FAIL {p.name} test {r.test} {r.alertname} @ {r.eval_time:g}s: {r.message}")
+            elif verbose:
+                print(f"ok   {p.name} test {r.test} {r.alertname} @ {r.eval_time:g}s")
+    print(f"{total - failed}/{total} rule tests passed", file=sys.stderr)
+    if failed:
+        raise typer.Exit(int(ExitCode.FAILURE))
+
+
+@rules_app.command()
+def export(
+    prometheus: Annotated[
+        bool, typer.Option("--prometheus", help="Prometheus alerting rules (the only format)")
+    ] = True,
+    rules: RulesOpt = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="write here instead of stdout")] = None,
+) -> None:
+    """Write the rules PromQL can express as Prometheus alerting rules over the agent's /metrics names.
+
+    Example: fleettool rules export --prometheus -o fleettool-rules.yml
+    """
+    from fleettool.engine.promql import export_prometheus
+
+    text, skipped = export_prometheus(_load(rules))
+    if out:
+        out.write_text(text)
+    else:
+        sys.stdout.write(text)
+    if skipped:
+        print(f"fleettool: not expressible in PromQL: {', '.join(skipped)}", file=sys.stderr)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(rules_app, name="rules")
