@@ -109,13 +109,19 @@ def export_prometheus(rules: list[Rule]) -> tuple[str, list[str]]:
 
 
 def _summary(tpl: str) -> str:
-    # fleettool's {node}/{gpu}/{value} placeholders -> Prometheus template variables
-    return (
+    """fleettool's {node}/{gpu}/{value} placeholders -> Prometheus template variables; the ones only fleettool
+    knows (durations, peaks, projections) are dropped with the words that introduce them."""
+    import re
+
+    s = (
         tpl.replace("{node}", "{{ $labels.hostname }}")
         .replace("{gpu}", "{{ $labels.gpu }}")
         .replace("{value}", "{{ $value }}")
         .replace("{key}", "")
     )
+    s = re.sub(r"\s*(for|since|in about|x)\s*\{[a-z_]+\}", "", s)
+    s = re.sub(r"\s*\([^()]*\{[a-z_]+\}[^()]*\)", "", s)
+    return re.sub(r"\{[a-z_]+\}", "", s).strip()
 
 
 def _xid_rules(r: Rule) -> list[dict[str, Any]]:
