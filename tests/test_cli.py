@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from fleettool.cli import app
 from fleettool.model import Event
@@ -31,13 +32,36 @@ def test_help_imports_no_heavy_modules() -> None:
 def test_every_command_is_documented_with_an_example() -> None:
     import typer.main
 
-    group = typer.main.get_command(app)
-    names = sorted(group.commands)  # type: ignore[attr-defined]
-    assert {"agent", "record", "replay", "demo", "events", "alerts", "gpus"} <= set(names)
-    for name in names:
-        r = run_cli(name, "--help")
+    root = typer.main.get_command(app)
+    assert {
+        "agent",
+        "record",
+        "replay",
+        "demo",
+        "events",
+        "alerts",
+        "gpus",
+        "nccl",
+        "rules",
+        "silence",
+    } <= set(
+        root.commands  # type: ignore[attr-defined]
+    )
+
+    def leaves(cmd: Any, path: list[str]) -> list[list[str]]:
+        if hasattr(cmd, "commands"):  # a group (typer vendors its own click)
+            out = [path] if cmd.invoke_without_command else []
+            for name, sub in cmd.commands.items():
+                out += leaves(sub, [*path, name])
+            return out
+        return [path]
+
+    paths = [p for name, c in root.commands.items() for p in leaves(c, [name])]  # type: ignore[attr-defined]
+    assert ["rules", "test"] in paths and ["alerts", "ack"] in paths and ["alerts"] in paths
+    for p in paths:
+        r = run_cli(*p, "--help")
         assert r.returncode == 0, r.stderr
-        assert "Example: fleettool " + name in " ".join(r.stdout.split()), name
+        assert "Example: fleettool " + " ".join(p) in " ".join(r.stdout.split()), p
     top = run_cli("--help")
     assert "Exit codes:" in top.stdout and "4 database locked" in " ".join(top.stdout.split())
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from fleettool.cli import agent_cmd, query_cmd, replay_cmd, rules_cmd
+from fleettool.cli import agent_cmd, alerts_cmd, query_cmd, replay_cmd, rules_cmd
 from fleettool.cli.exit_codes import EPILOG
 
 app = typer.Typer(
@@ -21,6 +21,7 @@ agent_cmd.register(app)
 replay_cmd.register(app)
 query_cmd.register(app)
 rules_cmd.register(app)
+alerts_cmd.register(app)
 
 
 def main() -> None:

@@ -90,40 +90,6 @@ def register(app: typer.Typer) -> None:
             _print_table(out, ["ts", "node", "gpu", "kind", "code", "message"])
 
     @app.command()
-    def alerts(
-        db: DbOpt = DEFAULT_DB,
-        json_out: JsonOpt = False,
-        state: Annotated[
-            str | None, typer.Option(help="only alerts in this state (firing, pending, resolved)")
-        ] = None,
-    ) -> None:
-        """List alerts, worst and newest first.
-
-        Example: fleettool alerts --db fleet.duckdb --json
-        """
-        sql = (
-            "SELECT rule, category, severity, node, gpu, action, state, first_seen, last_seen, summary, runbook "
-            "FROM alerts"
-        )
-        params: list[Any] = []
-        if state:
-            sql += " WHERE state = ?"
-            params.append(state)
-        sql += (
-            " ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, last_seen DESC"
-        )
-        with open_store(db, read_only=True) as store:
-            rows = store.query(sql, params)
-        out = [dict(r, first_seen=_ts(r["first_seen"]), last_seen=_ts(r["last_seen"])) for r in rows]
-        if json_out:
-            json.dump(out, sys.stdout, indent=1)
-            print()
-        else:
-            _print_table(
-                out, ["severity", "category", "node", "gpu", "action", "state", "last_seen", "summary"]
-            )
-
-    @app.command()
     def nccl(
         db: DbOpt = DEFAULT_DB,
         json_out: JsonOpt = False,

@@ -1,6 +1,6 @@
 """The store's schema. Every table is keyed by node, GPU index, GPU UUID and time (TIMESTAMP = UTC)."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 DDL = [
     """CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)""",
@@ -39,6 +39,17 @@ DDL = [
         alert_id VARCHAR PRIMARY KEY, rule VARCHAR, category VARCHAR, severity VARCHAR, node VARCHAR,
         gpu SMALLINT, uuid VARCHAR, action VARCHAR, state VARCHAR, first_seen TIMESTAMP, last_seen TIMESTAMP,
         summary VARCHAR, runbook VARCHAR, evidence JSON)""",
+    # silences: matchers (NULL = any) muting alerts until a time; acknowledgements and manual resolutions
+    """CREATE TABLE IF NOT EXISTS silences (
+        silence_id VARCHAR PRIMARY KEY, node VARCHAR, gpu SMALLINT, rule VARCHAR, category VARCHAR,
+        created TIMESTAMP, until TIMESTAMP, who VARCHAR, reason VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS alert_acks (
+        alert_id VARCHAR NOT NULL, kind VARCHAR NOT NULL, created TIMESTAMP, until TIMESTAMP, who VARCHAR,
+        reason VARCHAR)""",
+    # fleet baselines per (SKU, driver): median and a robust spread of a figure across the fleet
+    """CREATE TABLE IF NOT EXISTS baselines (
+        model VARCHAR, driver VARCHAR, metric VARCHAR, key VARCHAR, median DOUBLE, mad DOUBLE, n INTEGER,
+        updated TIMESTAMP)""",
     # what was ingested, by content hash, so replaying the same file twice stores it once
     """CREATE TABLE IF NOT EXISTS ingests (
         digest VARCHAR PRIMARY KEY, path VARCHAR, format VARCHAR, node VARCHAR, rows BIGINT,

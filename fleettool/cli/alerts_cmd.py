@@ -1,0 +1,195 @@
+"""`fleettool alerts` (list, ack, resolve) and `fleettool silence` (add, list, expire)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fleettool.cli.common import DEFAULT_DB, die, open_store, parse_duration
+from fleettool.cli.exit_codes import ExitCode
+from fleettool.cli.query_cmd import _print_table, _ts
+
+DbOpt = Annotated[Path, typer.Option(help="DuckDB file")]
+WhoOpt = Annotated[str, typer.Option("--by", help="who (default: $USER)")]
+ReasonOpt = Annotated[str, typer.Option("--reason", "-m", help="why")]
+
+alerts_app = typer.Typer(invoke_without_command=True)
+silence_app = typer.Typer(help="Mute matching alerts until a time.", no_args_is_help=True)
+
+
+def _who(v: str) -> str:
+    return v or os.environ.get("USER") or "unknown"
+
+
+@alerts_app.callback()
+def alerts(
+    ctx: typer.Context,
+    db: DbOpt = DEFAULT_DB,
+    json_out: Annotated[bool, typer.Option("--json", help="print a JSON array")] = False,
+    state: Annotated[str | None, typer.Option(help="only alerts in this state (firing, resolved)")] = None,
+    hide_silenced: Annotated[bool, typer.Option("--hide-silenced", help="leave out silenced alerts")] = False,
+) -> None:
+    """List alerts, worst and newest first, with their silences and acknowledgements.
+
+    Example: fleettool alerts --db fleet.duckdb --json
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from fleettool.engine.silences import annotate
+
+    sql = (
+        "SELECT alert_id, rule, category, severity, node, gpu, action, state, first_seen, last_seen, summary, "
+        "runbook FROM alerts"
+    )
+    params: list[Any] = []
+    if state:
+        sql += " WHERE state = ?"
+        params.append(state)
+    sql += " ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, last_seen DESC"
+    with open_store(db, read_only=True) as store:
+        rows = annotate(store, store.query(sql, params), time.time())
+    out = [
+        dict(r, first_seen=_ts(r["first_seen"]), last_seen=_ts(r["last_seen"]), ack_until=_ts(r["ack_until"]))
+        for r in rows
+        if not (hide_silenced and r["silenced"])
+    ]
+    if json_out:
+        json.dump(out, sys.stdout, indent=1)
+        print()
+    else:
+        for o in out:
+            o["note"] = ("silenced " if o["silenced"] else "") + (
+                f"ack:{o['ack_by']}" if o["acknowledged"] else ""
+            )
+        _print_table(
+            out, ["alert_id", "severity", "category", "node", "gpu", "action", "state", "note", "summary"]
+        )
+
+
+def _ack(db: Path, alert_id: str, kind: str, for_: str, who: str, reason: str) -> None:
+    from fleettool.engine.silences import acknowledge
+
+    now = time.time()
+    with open_store(db, read_only=False) as store:
+        try:
+            acknowledge(
+                store,
+                alert_id,
+                now=now,
+                until=now + parse_duration(for_),
+                who=_who(who),
+                reason=reason,
+                kind=kind,
+            )
+        except KeyError:
+            raise die(f"no alert {alert_id!r} in {db}", ExitCode.BAD_INPUT) from None
+    print(f"{kind} {alert_id} by {_who(who)}", file=sys.stderr)
+
+
+@alerts_app.command()
+def ack(
+    alert_id: Annotated[str, typer.Argument(help="the alert's id (fleettool alerts)")],
+    db: DbOpt = DEFAULT_DB,
+    for_: Annotated[str, typer.Option("--for", help="how long the acknowledgement lasts")] = "4h",
+    who: WhoOpt = "",
+    reason: ReasonOpt = "",
+) -> None:
+    """Acknowledge an alert: someone is on it, until the acknowledgement expires.
+
+    Example: fleettool alerts ack 3f2a9c0d1e2b4a5c --for 2h --by alice -m "draining gpu-17"
+    """
+    _ack(db, alert_id, "ack", for_, who, reason)
+
+
+@alerts_app.command()
+def resolve(
+    alert_id: Annotated[str, typer.Argument(help="the alert's id")],
+    db: DbOpt = DEFAULT_DB,
+    who: WhoOpt = "",
+    reason: ReasonOpt = "",
+) -> None:
+    """Mark an alert resolved by hand (recorded with who and why).
+
+    Example: fleettool alerts resolve 3f2a9c0d1e2b4a5c -m "GPU replaced"
+    """
+    _ack(db, alert_id, "resolve", "3650d", who, reason)
+
+
+@silence_app.command("add")
+def silence_add(
+    db: DbOpt = DEFAULT_DB,
+    node: Annotated[str | None, typer.Option(help="match this node")] = None,
+    gpu: Annotated[int | None, typer.Option(help="match this GPU index")] = None,
+    rule: Annotated[str | None, typer.Option(help="match this rule")] = None,
+    category: Annotated[str | None, typer.Option(help="match this category")] = None,
+    for_: Annotated[str, typer.Option("--for", help="how long")] = "2h",
+    who: WhoOpt = "",
+    reason: ReasonOpt = "",
+) -> None:
+    """Silence alerts matching every given matcher for a while (e.g. a node under maintenance).
+
+    Example: fleettool silence add --node gpu-17 --for 6h -m "PSU swap"
+    """
+    from fleettool.engine.silences import add_silence
+
+    now = time.time()
+    with open_store(db, read_only=False) as store:
+        try:
+            sid = add_silence(
+                store,
+                now=now,
+                until=now + parse_duration(for_),
+                who=_who(who),
+                reason=reason,
+                node=node,
+                gpu=gpu,
+                rule=rule,
+                category=category,
+            )
+        except ValueError as e:
+            raise die(str(e), ExitCode.USAGE) from None
+    print(sid)
+
+
+@silence_app.command("list")
+def silence_list(db: DbOpt = DEFAULT_DB, json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List silences still in force.
+
+    Example: fleettool silence list --json
+    """
+    from fleettool.engine.silences import active_silences
+
+    with open_store(db, read_only=True) as store:
+        rows = [
+            dict(r, created=_ts(r["created"]), until=_ts(r["until"]))
+            for r in active_silences(store, time.time())
+        ]
+    if json_out:
+        json.dump(rows, sys.stdout, indent=1)
+        print()
+    else:
+        _print_table(rows, ["silence_id", "node", "gpu", "rule", "category", "until", "who", "reason"])
+
+
+@silence_app.command("expire")
+def silence_expire(silence_id: Annotated[str, typer.Argument()], db: DbOpt = DEFAULT_DB) -> None:
+    """End a silence now.
+
+    Example: fleettool silence expire 9c0d1e2b4a5c
+    """
+    from fleettool.engine.silences import expire_silence
+
+    with open_store(db, read_only=False) as store:
+        if not expire_silence(store, silence_id, time.time()):
+            raise die(f"no silence {silence_id!r}", ExitCode.BAD_INPUT)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(alerts_app, name="alerts")
+    app.add_typer(silence_app, name="silence")
