@@ -20,6 +20,7 @@ from pathlib import Path
 
 from fleettool.agent.watchdog import CollectorRunner
 from fleettool.collectors.base import Collected, Collector
+from fleettool.engine.incremental import RuleScheduler
 from fleettool.model import Event, EventKind, GpuInfo, PodUse, Sample
 from fleettool.store import Store, StoreError
 
@@ -68,11 +69,13 @@ class Agent:
         collectors: list[Collector],
         sink: Callable[[Collected], None] | None = None,
         clock: Callable[[], float] = time.time,
+        scheduler: RuleScheduler | None = None,
     ) -> None:
         self.cfg = cfg
         self.collectors = collectors
         self.runners = {c.id: CollectorRunner(c, cfg.watchdog_s) for c in collectors}
         self.sink = sink
+        self.scheduler = scheduler  # the rules, evaluated over the store after a flush when due
         self.clock = clock
         self.buf = Buffer()
         self.stats = AgentStats()
@@ -249,6 +252,17 @@ class Agent:
             if self.buf.events:
                 store.resolve_event_gpus()  # kernel lines name a PCI id; the inventory knows its index
             store.commit()
+            if self.scheduler is not None:
+                try:
+                    store.begin()
+                    self.scheduler.run(store, now)
+                    store.commit()
+                except Exception as e:  # a broken rule must not stop collection
+                    with contextlib.suppress(Exception):
+                        store.rollback()
+                    self.log(
+                        f"rule evaluation failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                    )
             if now - self._last_retention >= self.cfg.retention_every_s:
                 store.apply_retention(now, self.cfg.raw_keep_s, self.cfg.rollup_keep_s)
                 self._last_retention = now

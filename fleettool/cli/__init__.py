@@ -21,6 +21,7 @@ agent_cmd.register(app)
 replay_cmd.register(app)
 query_cmd.register(app)
 rules_cmd.register(app)
+rules_cmd.register_baselines(app)
 alerts_cmd.register(app)
 
 

@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from fleettool.cli.common import DEFAULT_DB, hostname, parse_duration
+from fleettool.cli.common import DEFAULT_DB, die, hostname, parse_duration
+from fleettool.cli.exit_codes import ExitCode
 
 SourceOpt = Annotated[
     str, typer.Option("--source", help="nvml (live), or fake (recorded H200 data, no GPU needed)")
@@ -92,6 +93,12 @@ def register(app: typer.Typer) -> None:
         dcgm_exporter: Annotated[
             str, typer.Option(help="dcgm-exporter URL to scrape every 10 s, or off")
         ] = "http://localhost:9400/metrics",
+        rules: Annotated[
+            list[Path] | None, typer.Option("--rules", help="rule files or directories (default: built-in)")
+        ] = None,
+        no_rules: Annotated[
+            bool, typer.Option("--no-rules", help="collect only; do not evaluate rules")
+        ] = False,
         raw_retention: Annotated[
             str, typer.Option(help="keep raw samples this long, then 1-minute rollups")
         ] = "7d",
@@ -132,7 +139,16 @@ def register(app: typer.Typer) -> None:
             duration_s=parse_duration(duration) if duration else None,
             quiet=quiet,
         )
-        ag = Agent(cfg, collectors)
+        scheduler = None
+        if not no_rules:
+            from fleettool.engine.incremental import RuleScheduler
+            from fleettool.engine.rules import RuleError, load_rules
+
+            try:
+                scheduler = RuleScheduler(load_rules(rules))
+            except (RuleError, OSError) as e:
+                raise die(str(e), ExitCode.BAD_INPUT) from None
+        ag = Agent(cfg, collectors, scheduler=scheduler)
         ag.install_signals()
         if metrics_port is not None:
             from fleettool.export.metrics_server import AgentMetrics, serve

@@ -140,3 +140,38 @@ def export(
 
 def register(app: typer.Typer) -> None:
     app.add_typer(rules_app, name="rules")
+
+
+def register_baselines(app: typer.Typer) -> None:
+    @app.command()
+    def baselines(
+        db: Annotated[Path, typer.Option(help="DuckDB file")] = Path("fleettool.duckdb"),
+        update: Annotated[bool, typer.Option("--update", help="recompute from the store and save")] = False,
+        json_out: Annotated[bool, typer.Option("--json")] = False,
+    ) -> None:
+        """Fleet baselines per (SKU, driver): median and MAD of loaded clocks, tensor activity, power, NCCL
+        busbw and burn-in figures. --update recomputes them from the store.
+
+        Example: fleettool baselines --db fleet.duckdb --update --json
+        """
+        import time
+
+        from fleettool.cli.common import open_store
+        from fleettool.engine.baselines import compute, save
+
+        with open_store(db, read_only=not update) as store:
+            if update:
+                bs = compute(store)
+                save(store, bs, time.time())
+            rows = store.query(
+                "SELECT model, driver, metric, key, median, mad, n FROM baselines ORDER BY ALL"
+            )
+        if json_out:
+            json.dump(rows, sys.stdout, indent=1)
+            print()
+        else:
+            for r in rows:
+                print(
+                    f"{r['model']:28s} {r['driver']:12s} {r['metric']:20s} {r['key']:18s} "
+                    f"median {r['median']:10.4g}  mad {r['mad']:8.3g}  n={r['n']}"
+                )
