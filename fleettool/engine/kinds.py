@@ -44,14 +44,19 @@ def _src(metric: str, alias: str = "src") -> str:
 
 
 _RLE = """
-, o AS ({obs})
-, c AS (SELECT *, coalesce(active <> lag(active) OVER w, true) AS chg FROM o
+, o AS MATERIALIZED ({obs})
+, hot AS (SELECT DISTINCT node, gpu, key FROM o WHERE active)
+, oh AS (SELECT o.* FROM o SEMI JOIN hot ON o.node = hot.node AND o.gpu IS NOT DISTINCT FROM hot.gpu
+         AND o.key = hot.key)
+, c AS (SELECT *, coalesce(active <> lag(active) OVER w, true) AS chg FROM oh
         WINDOW w AS (PARTITION BY node, gpu, key ORDER BY ts))
 , g AS (SELECT *, sum(chg::INTEGER) OVER (PARTITION BY node, gpu, key ORDER BY ts) AS run FROM c)
 SELECT node, gpu, key, any_value(active) AS active, min(ts) AS t0, max(ts) AS t1,
        arg_min(value, ts) AS v0, arg_max(value, ts) AS v1, max(value) AS vmax
 FROM g GROUP BY node, gpu, key, run ORDER BY node, gpu, key, t0
 """
+# Only entities where the condition held at least once are run-length encoded: in a healthy fleet that is a
+# handful of GPUs, and the encoding (two window passes) is what costs.
 
 
 def _epoch(v: Any) -> float:
@@ -121,12 +126,16 @@ def increase(store: Store, r: Rule, start: float, end: float, per_second: bool =
     )
     val = f"(v / {window})" if per_second else "v"
     if per_second and r.p("per_lane_gen"):
+        # normalise by the link's lanes x generation: the GPU's widest/fastest link in the range (links change
+        # rarely, and a per-GPU constant avoids an as-of join per point)
         ctes += ", " + _src("pcie_link_width", "lw") + ", " + _src("pcie_link_gen", "lg")
         ctes += (
+            ", lwm AS (SELECT node, gpu, max(value) AS w FROM lw GROUP BY ALL)"
+            ", lgm AS (SELECT node, gpu, max(value) AS g FROM lg GROUP BY ALL)"
             f", win2 AS (SELECT win.node, win.gpu, win.sub, win.ts, win.v / {window} / "
-            "greatest(coalesce(lw.value, 16) * coalesce(lg.value, 4), 1) AS v FROM win "
-            "ASOF LEFT JOIN lw ON win.node = lw.node AND win.gpu IS NOT DISTINCT FROM lw.gpu AND win.ts >= lw.ts "
-            "ASOF LEFT JOIN lg ON win.node = lg.node AND win.gpu IS NOT DISTINCT FROM lg.gpu AND win.ts >= lg.ts)"
+            "greatest(coalesce(lwm.w, 16) * coalesce(lgm.g, 4), 1) AS v FROM win "
+            "LEFT JOIN lwm ON win.node = lwm.node AND win.gpu IS NOT DISTINCT FROM lwm.gpu "
+            "LEFT JOIN lgm ON win.node = lgm.node AND win.gpu IS NOT DISTINCT FROM lgm.gpu)"
         )
         val = "v"
         src_tbl = "win2"
@@ -181,9 +190,14 @@ def peer(store: Store, r: Rule, start: float, end: float) -> KindResult:
     ctes = _src(metric) + (
         ", m AS (SELECT node, gpu, time_bucket(INTERVAL 1 MINUTE, ts) AS ts, avg(value) AS value FROM src "
         "WHERE gpu IS NOT NULL GROUP BY ALL)"
-        f", s AS (SELECT node, gpu, ts, avg(value) OVER (PARTITION BY node, gpu ORDER BY ts "
-        f"RANGE BETWEEN INTERVAL {int(window)} SECOND PRECEDING AND CURRENT ROW) AS value FROM m)"
     )
+    if window > 60:
+        ctes += (
+            f", s AS (SELECT node, gpu, ts, avg(value) OVER (PARTITION BY node, gpu ORDER BY ts "
+            f"RANGE BETWEEN INTERVAL {int(window)} SECOND PRECEDING AND CURRENT ROW) AS value FROM m)"
+        )
+    else:
+        ctes += ", s AS (SELECT * FROM m)"  # one-minute points are already the smoothing asked for
     if scope == "fleet":
         ctes += (
             ", inv AS (SELECT node, gpu, any_value(coalesce(model, '?')) || '|' || any_value(coalesce(driver, '?')) "
