@@ -50,7 +50,7 @@ def _replay(
         write_alerts(store, incidents)
         store.commit()
         alerts = store.query(
-            "SELECT severity, category, node, gpu, action, state, summary FROM alerts "
+            "SELECT severity, category, node, gpu, action, state, summary, runbook FROM alerts "
             "ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, node, gpu"
         )
     if as_json:
