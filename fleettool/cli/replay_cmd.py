@@ -98,6 +98,7 @@ def _replay(
             print(
                 f"  {a['severity']:8s} {a['category']:10s} {a['node']} gpu {gpu}  {a['action']:16s} {a['summary']}"
             )
+            print(f"  {'':8s} runbook: {a['runbook']}")
 
 
 def register(app: typer.Typer) -> None:
