@@ -1,0 +1,84 @@
+"""Floors: the fleet's own baseline for the same SKU and driver when the store has enough of it, else a
+cited default per SKU.
+
+Defaults follow DCGM diag's convention of about 0.75 x the measured peak (DESIGN.md). The peaks are what this
+project measured on a lent H200 (driver 580.159.04; bench/README.md) and published figures:
+- H200 SXM bf16/fp16 GEMM 8192^3 sustained at the 700 W cap: 656-660 TFLOP/s (bench/README.md) -> 495.
+- All-reduce, 8 GPUs, in place, >= 8 GiB: Azure's published 479.98 GB/s (ND H200 v5) and 478.87 (ND H100 v5);
+  DESIGN.md's fleet floor is 460 GB/s at 16 GiB for H100 (Azure); 0.75 x 480 = 360 as the hard floor.
+The measured figures from this project's own runs on the H200 (HBM copy, tf32, fp8) are filled in from
+bench/results/burnin-h200.json (see bench/README.md).
+"""
+
+from __future__ import annotations
+
+from fleettool.store import Store
+
+# (SKU substring, test) -> (floor, unit, source)
+DEFAULTS: dict[tuple[str, str], tuple[float, str, str]] = {
+    ("H200", "gemm-bf16"): (
+        495.0,
+        "TFLOP/s",
+        "0.75 x 660 TFLOP/s measured on an H200 at 700 W (bench/README.md)",
+    ),
+    ("H200", "gemm-fp16"): (
+        495.0,
+        "TFLOP/s",
+        "0.75 x 660 TFLOP/s (bf16 and fp16 run at the same rate on Hopper)",
+    ),
+    ("H100 80GB HBM3", "gemm-bf16"): (495.0, "TFLOP/s", "as H200: same GH100 die and 700 W cap (SXM5)"),
+    ("H100 80GB HBM3", "gemm-fp16"): (495.0, "TFLOP/s", "as H200: same GH100 die and 700 W cap (SXM5)"),
+    ("H200", "allreduce-8"): (
+        360.0,
+        "GB/s",
+        "0.75 x 479.98 GB/s, Azure ND H200 v5 all_reduce in place at 8 GiB",
+    ),
+    ("H100 80GB HBM3", "allreduce-8"): (
+        360.0,
+        "GB/s",
+        "0.75 x 478.87 GB/s, Azure ND H100 v5 all_reduce in place at 8 GiB",
+    ),
+}
+
+
+def add_measured(
+    defaults: dict[tuple[str, str], tuple[float, str, str]], measured: dict[str, float], sku: str, source: str
+) -> None:
+    for test, peak in measured.items():
+        defaults.setdefault((sku, test), (round(0.75 * peak, 1), "", f"0.75 x {peak:.4g} measured: {source}"))
+
+
+# measured on the lent H200 by bench/burnin_h200.py (bench/results/burnin-h200.json)
+H200_MEASURED: dict[str, float] = {}
+add_measured(DEFAULTS, H200_MEASURED, "H200", "bench/results/burnin-h200.json")
+
+
+def default_floor(model: str | None, test: str) -> tuple[float, str] | None:
+    if not model:
+        return None
+    for (sku, t), (floor, _unit, source) in DEFAULTS.items():
+        if t == test and sku in model:
+            return floor, source
+    return None
+
+
+def floor_for(
+    store: Store | None, model: str | None, driver: str | None, test: str, min_n: int = 8
+) -> tuple[float | None, str]:
+    """The fleet baseline when it has at least min_n passed GPUs of this SKU and driver: the lower of
+    median - 3 sigma (sigma = 1.4826 x MAD) and 0.92 x median; else the cited default; else none."""
+    if store is not None and model:
+        from fleettool.engine.baselines import lookup
+
+        try:
+            b = lookup(store, model, driver, "burnin", test)
+        except Exception:  # a store without the baselines table (older) has none
+            b = None
+        if b is not None and b.n >= min_n:
+            return min(
+                b.floor(3.0), 0.92 * b.median
+            ), f"fleet baseline {model}/{b.driver}: median {b.median:.4g}, n={b.n}"
+    d = default_floor(model, test)
+    if d is not None:
+        return d
+    return None, ""

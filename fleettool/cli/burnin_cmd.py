@@ -1,0 +1,268 @@
+"""`fleettool burnin --node NAME`: prove a node with GEMM, HBM and all-reduce stress and strict verdicts."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from fleettool.cli.common import DEFAULT_DB, die, hostname, open_store, parse_duration
+from fleettool.cli.exit_codes import ExitCode
+
+
+def _is_local(node: str) -> bool:
+    names = {hostname(), socket.gethostname(), "localhost", "127.0.0.1"}
+    try:
+        names.add(socket.getfqdn())
+    except OSError:
+        pass
+    return node in names
+
+
+def _report_dict(rep: Any, code: int) -> dict[str, Any]:
+    return {
+        "run_id": rep.run_id,
+        "node": rep.node,
+        "started": rep.started,
+        "finished": rep.finished,
+        "exit_code": code,
+        "devices": rep.devices,
+        "results": [r.as_dict() for r in rep.results],
+        "allreduce": rep.allreduce,
+    }
+
+
+def _from_dict(d: dict[str, Any]) -> Any:
+    from fleettool.burnin.runner import BurninReport
+    from fleettool.burnin.verdict import Result, Verdict
+
+    rep = BurninReport(str(d["run_id"]), str(d["node"]), float(d["started"]), float(d.get("finished") or 0))
+    rep.devices = list(d.get("devices") or [])
+    rep.allreduce = d.get("allreduce")
+    for r in d.get("results") or []:
+        rep.results.append(
+            Result(
+                r["node"],
+                r.get("gpu"),
+                r["test"],
+                Verdict(r["verdict"]),
+                r.get("figure"),
+                r.get("unit", ""),
+                r.get("floor"),
+                r.get("floor_source", ""),
+                r.get("reason", ""),
+                r.get("uuid"),
+                r.get("evidence") or {},
+            )
+        )
+    return rep
+
+
+def _print_table(rep: Any, code: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"burn-in {rep.node} ({rep.run_id})")
+    for c in ("GPU", "test", "verdict", "figure", "floor", "reason"):
+        t.add_column(c)
+    colour = {
+        "PASS": "green",
+        "WARN": "yellow",
+        "FAIL": "bold red",
+        "SKIPPED": "cyan",
+        "INCONCLUSIVE": "magenta",
+    }
+    for r in rep.results:
+        t.add_row(
+            "-" if r.gpu is None else str(r.gpu),
+            r.test,
+            f"[{colour[r.verdict.value]}]{r.verdict.value}[/]",
+            "" if r.figure is None else f"{r.figure:g} {r.unit}",
+            "" if r.floor is None else f"{r.floor:g}",
+            r.reason,
+        )
+    Console().print(t)
+    print(f"exit code {code}", file=sys.stderr)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def burnin(
+        node: Annotated[str, typer.Option(help="the node to prove (this host runs here; others need --via)")],
+        via: Annotated[
+            str, typer.Option(help="local, ssh, slurm (srun -w NODE) or k8s (a Job pinned to NODE)")
+        ] = "",
+        backend: Annotated[
+            str, typer.Option(help="cuda, or cpu: the same code paths on the CPU at small sizes")
+        ] = "cuda",
+        tests: Annotated[
+            str, typer.Option(help="comma list of gemm, hbm, allreduce, dcgm")
+        ] = "gemm,hbm,allreduce,dcgm",
+        dtypes: Annotated[
+            str, typer.Option(help="GEMM dtypes: bf16, fp16, tf32, fp8 (fp8 where the GPU has it)")
+        ] = "bf16,fp16,tf32,fp8",
+        duration: Annotated[str, typer.Option(help="per GEMM dtype and for HBM")] = "30s",
+        gemm_n: Annotated[int, typer.Option(help="GEMM size (n x n x n)")] = 8192,
+        allreduce_max: Annotated[str, typer.Option(help="largest all-reduce message")] = "8G",
+        dcgm_level: Annotated[int, typer.Option(help="dcgmi diag -r LEVEL")] = 1,
+        db: Annotated[
+            Path, typer.Option(help="store the results, telemetry and all-reduce table here")
+        ] = DEFAULT_DB,
+        no_store: Annotated[bool, typer.Option("--no-store", help="do not write a database")] = False,
+        json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+        cordon: Annotated[
+            bool, typer.Option(help="k8s: cordon the node before, uncordon after a pass")
+        ] = False,
+        image: Annotated[
+            str, typer.Option(help="k8s: the fleettool image")
+        ] = "ghcr.io/fleettool/fleettool:latest",
+        namespace: Annotated[str, typer.Option(help="k8s: namespace of the Job")] = "fleettool",
+        partition: Annotated[str | None, typer.Option(help="slurm: partition")] = None,
+        timeout: Annotated[str, typer.Option(help="remote runs: give up after this long")] = "2h",
+        print_job: Annotated[bool, typer.Option("--print-job", help="k8s: print the Job and exit")] = False,
+    ) -> None:
+        """Stress and judge a node: GEMM per dtype (TFLOP/s, silent-data-corruption check within and across
+        GPUs), HBM copy bandwidth, all-reduce busbw, DCGM diag where installed; telemetry during each test tells
+        power capping (normal) from thermal or HW slowdown. Verdicts per GPU and test: PASS, WARN, FAIL,
+        SKIPPED, INCONCLUSIVE. Exit 0 only when every test PASSed or WARNed; 1 on any FAIL; 7 when something
+        could not be tested (no GPU, no torch): a machine with no GPU never passes.
+
+        Example: fleettool burnin --node gpu-17 --via slurm --duration 60s
+        """
+        from fleettool.burnin import dispatch
+        from fleettool.burnin.runner import BurninConfig, save
+        from fleettool.burnin.verdict import exit_code
+
+        try:
+            dispatch.validate_node(node)
+        except ValueError as e:
+            raise die(str(e), ExitCode.USAGE) from None
+        mode = via or ("local" if _is_local(node) else "")
+        if mode == "":
+            raise die(
+                f"{node} is not this host ({hostname()}): say how to reach it with --via ssh|slurm|k8s",
+                ExitCode.USAGE,
+            )
+        if mode not in ("local", "ssh", "slurm", "k8s"):
+            raise die(f"--via {mode!r}: expected local, ssh, slurm or k8s", ExitCode.USAGE)
+        secs = parse_duration(duration)
+        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+        ar_max = (
+            int(float(allreduce_max[:-1]) * units[allreduce_max[-1].upper()])
+            if allreduce_max[-1].upper() in units
+            else int(allreduce_max)
+        )
+        passthrough = [
+            "--backend",
+            backend,
+            "--tests",
+            tests,
+            "--dtypes",
+            dtypes,
+            "--duration",
+            duration,
+            "--gemm-n",
+            str(gemm_n),
+            "--allreduce-max",
+            allreduce_max,
+            "--dcgm-level",
+            str(dcgm_level),
+        ]
+        if mode == "local":
+            cfg = BurninConfig(
+                node=node,
+                backend=backend,
+                tests=tuple(t.strip() for t in tests.split(",") if t.strip()),
+                dtypes=tuple(d.strip() for d in dtypes.split(",") if d.strip()),
+                seconds=secs,
+                gemm_n=gemm_n,
+                ar_max=ar_max,
+                dcgm_level=dcgm_level,
+            )
+            rep = _run_local(cfg, db, no_store, json_out)
+        else:
+            rep = _run_remote(
+                mode,
+                node,
+                passthrough,
+                parse_duration(timeout),
+                cordon,
+                image,
+                namespace,
+                partition,
+                print_job,
+            )
+            if rep is None:
+                return
+            if not no_store:
+                with open_store(db, read_only=False) as store:
+                    save(store, rep)
+            if mode == "k8s" and cordon and exit_code(rep.results) == 0:
+                dispatch.cordon(node, False)
+        code = exit_code(rep.results)
+        if json_out:
+            json.dump(_report_dict(rep, code), sys.stdout, indent=1, default=str)
+            print()
+        else:
+            _print_table(rep, code)
+        raise typer.Exit(code)
+
+
+def _run_local(cfg: Any, db: Path, no_store: bool, json_out: bool) -> Any:
+
+    if sys.stderr.isatty() and not json_out:
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task("burn-in", total=1.0)
+            prog = lambda msg, frac: bar.update(task, completed=frac, description=msg)  # noqa: E731
+            return _with_store(cfg, db, no_store, prog)
+    prog = lambda msg, frac: print(f"fleettool burnin: {frac:4.0%} {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    return _with_store(cfg, db, no_store, prog)
+
+
+def _with_store(cfg: Any, db: Path, no_store: bool, prog: Any) -> Any:
+    from fleettool.burnin.runner import run_burnin
+
+    if no_store:
+        return run_burnin(cfg, None, prog)
+    with open_store(db, read_only=False) as store:
+        return run_burnin(cfg, store, prog)
+
+
+def _run_remote(
+    mode: str,
+    node: str,
+    passthrough: list[str],
+    timeout_s: float,
+    cordon: bool,
+    image: str,
+    namespace: str,
+    partition: str | None,
+    print_job: bool,
+) -> Any:
+    from fleettool.burnin import dispatch
+
+    try:
+        if mode == "ssh":
+            doc = dispatch.run_argv(dispatch.ssh_argv(node, passthrough), timeout_s)
+        elif mode == "slurm":
+            doc = dispatch.run_argv(dispatch.slurm_argv(node, passthrough, partition), timeout_s)
+        else:
+            job = dispatch.k8s_job(node, passthrough, image=image, namespace=namespace)
+            if print_job:
+                json.dump(job, sys.stdout, indent=1)
+                print()
+                return None
+            if cordon:
+                dispatch.cordon(node, True)
+            doc = dispatch.run_k8s(job, timeout_s)
+    except dispatch.DispatchError as e:
+        raise die(f"burn-in on {node} via {mode}: {e}", ExitCode.NOT_TESTED) from None
+    except Exception as e:  # kubectl errors and the like
+        raise die(f"burn-in on {node} via {mode}: {e}", ExitCode.NOT_TESTED) from None
+    return _from_dict(doc)
