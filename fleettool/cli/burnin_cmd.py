@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import sys
@@ -16,10 +17,8 @@ from fleettool.cli.exit_codes import ExitCode
 
 def _is_local(node: str) -> bool:
     names = {hostname(), socket.gethostname(), "localhost", "127.0.0.1"}
-    try:
+    with contextlib.suppress(OSError):
         names.add(socket.getfqdn())
-    except OSError:
-        pass
     return node in names
 
 
