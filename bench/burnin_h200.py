@@ -70,8 +70,13 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
     dev = torch.device("cuda")
-    res: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "n": a.n, "seconds": a.seconds,
-                 "gemm": {}}
+    res: dict = {
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "n": a.n,
+        "seconds": a.seconds,
+        "gemm": {},
+    }
     bare_gemm("bf16", 8, a.n)  # warm: reach the power cap before anything is measured
     for dtype in ("bf16", "fp16", "tf32", "fp8"):
         why = supported(torch, dev, dtype)
@@ -80,15 +85,24 @@ def main() -> int:
             continue
         bare = bare_gemm(dtype, a.seconds, a.n)
         ours = run_gemm(torch, dev, dtype, a.seconds, a.n)
-        res["gemm"][dtype] = {"bare_tflops": round(bare, 1), "fleettool_tflops": round(ours.tflops, 1),
-                              "ratio": round(ours.tflops / bare, 4), "cold_tflops": round(ours.cold_tflops, 1),
-                              "per_second": [round(x, 1) for x in ours.per_second], "sdc_checks": ours.checks,
-                              "sdc_mismatches": ours.mismatches}
+        res["gemm"][dtype] = {
+            "bare_tflops": round(bare, 1),
+            "fleettool_tflops": round(ours.tflops, 1),
+            "ratio": round(ours.tflops / bare, 4),
+            "cold_tflops": round(ours.cold_tflops, 1),
+            "per_second": [round(x, 1) for x in ours.per_second],
+            "sdc_checks": ours.checks,
+            "sdc_mismatches": ours.mismatches,
+        }
         print(dtype, res["gemm"][dtype], flush=True)
     nb = 4 << 30
     bare = bare_copy(a.seconds, nb)
     ours = run_hbm(torch, dev, a.seconds, nb)
-    res["hbm"] = {"bare_gbps": round(bare, 1), "fleettool_gbps": round(ours.gbps, 1), "ratio": round(ours.gbps / bare, 4)}
+    res["hbm"] = {
+        "bare_gbps": round(bare, 1),
+        "fleettool_gbps": round(ours.gbps, 1),
+        "ratio": round(ours.gbps / bare, 4),
+    }
     print("hbm", res["hbm"], flush=True)
     a.out.write_text(json.dumps(res, indent=1) + "\n")
     return 0

@@ -24,7 +24,7 @@ class DispatchError(RuntimeError):
 
 
 def validate_node(name: str) -> str:
-    if not _NODE.match(name or ""):
+    if not isinstance(name, str) or not _NODE.fullmatch(name):
         raise ValueError(f"invalid node name {name!r}: expected a host name (letters, digits, '-', '.')")
     return name
 

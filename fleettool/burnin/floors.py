@@ -48,9 +48,10 @@ def add_measured(
         defaults.setdefault((sku, test), (round(0.75 * peak, 1), "", f"0.75 x {peak:.4g} measured: {source}"))
 
 
-# measured on the lent H200 by bench/burnin_h200.py (bench/results/burnin-h200.json)
-H200_MEASURED: dict[str, float] = {}
-add_measured(DEFAULTS, H200_MEASURED, "H200", "bench/results/burnin-h200.json")
+# measured on the lent H200 (driver 580.159.04, torch 2.11, 8192^3, power-capped at 700 W) by fleettool burnin
+# itself, sustained over 15 s after a warm-up (bench/results/burnin-h200-cli.json, 2026-12-02)
+H200_MEASURED: dict[str, float] = {"gemm-tf32": 342.7, "gemm-fp8": 1195.0, "hbm": 4266.0}
+add_measured(DEFAULTS, H200_MEASURED, "H200", "bench/results/burnin-h200-cli.json")
 
 
 def default_floor(model: str | None, test: str) -> tuple[float, str] | None:

@@ -106,11 +106,15 @@ def apply_telemetry(r: Result, reasons_mask: int | None) -> None:
 
 
 def exit_code(results: list[Result]) -> int:
-    """0: every test PASS or WARN. 1: any FAIL. 7: nothing could be tested (SKIPPED/INCONCLUSIVE), never 0."""
+    """1 on any FAIL. 7 when nothing was tested (all SKIPPED: no GPU, no torch) or a test that should have run
+    could not say (INCONCLUSIVE: an error, a DCGM test skipped). 0 when every test PASSed or WARNed; a test
+    SKIPPED because it does not apply (fp8 on a GPU without it, all-reduce on a one-GPU node) does not count."""
     if not results:
         return 7
     if any(r.verdict == Verdict.FAIL for r in results):
         return 1
-    if any(r.verdict in (Verdict.SKIPPED, Verdict.INCONCLUSIVE) for r in results):
+    if any(r.verdict == Verdict.INCONCLUSIVE for r in results):
+        return 7
+    if all(r.verdict == Verdict.SKIPPED for r in results):
         return 7
     return 0
