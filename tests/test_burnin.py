@@ -151,3 +151,30 @@ def test_print_job_cli() -> None:
         job["kind"] == "Job"
         and job["spec"]["template"]["spec"]["containers"][0]["image"] == "reg/fleettool:1"
     )
+
+
+def test_allreduce_through_nccl_tests_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where all_reduce_perf is installed the burn-in can run it and read its table with the nccl-tests reader.
+    No GPU here: a stand-in all_reduce_perf prints a real recorded 8 x H100 output (nccl-tests issue #290)."""
+    from tests.conftest import FIXTURES
+
+    sample = FIXTURES / "samples" / "nccl-tests" / "nccl-tests-h100x8-single-node-and-2node-issue290.txt"
+    part1 = sample.read_text().split("=== PART 2")[0].split("\n", 1)[1]
+    (tmp_path / "out.txt").write_text(part1)
+    exe = tmp_path / "all_reduce_perf"
+    exe.write_text(f"#!/bin/sh\ncat {tmp_path / 'out.txt'}\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
+    from fleettool.burnin.runner import BurninConfig, BurninReport, _allreduce
+
+    cfg = BurninConfig(node="n", backend="cuda", ar_tool="nccl-tests", ar_procs=8)
+    rep = BurninReport("r", "n", 0.0)
+    res = _allreduce(
+        cfg,
+        [{"gpu": i, "memory_bytes": 80 << 30} for i in range(8)],
+        lambda t: (360.0, "0.75 x 480 GB/s"),
+        rep,
+    )
+    assert res.test == "allreduce-8" and res.verdict == Verdict.PASS
+    assert res.figure == pytest.approx(476.53)  # in-place busbw at 4 GiB, the largest size
+    assert rep.allreduce is not None and rep.allreduce["footer_avg_busbw_gbps"] == pytest.approx(439.369)

@@ -39,6 +39,7 @@ class BurninConfig:
     ar_max: int = 8 << 30
     ar_iters: int = 20
     ar_procs: int | None = None  # default: every GPU (cuda) or 2 (cpu)
+    ar_tool: str = "torch"  # torch, or nccl-tests (all_reduce_perf on PATH), parsed by the nccl-tests reader
     dcgm_level: int = 1
 
 
@@ -68,6 +69,7 @@ def cpu_defaults(cfg: BurninConfig) -> BurninConfig:
         ar_max=4 << 20,
         ar_iters=5,
         ar_procs=cfg.ar_procs or 2,
+        ar_tool=cfg.ar_tool,
     )
 
 
@@ -303,6 +305,52 @@ def _judge_gemm(
     return res
 
 
+def _allreduce_nccl_tests(cfg: BurninConfig, nprocs: int) -> dict[str, Any]:
+    """Run nccl-tests' all_reduce_perf (one process, -g GPUs) and read its table with the nccl-tests parser."""
+    import shutil
+    import subprocess
+
+    from fleettool.formats.nccl_tests import parse_nccl_text
+
+    exe = shutil.which("all_reduce_perf")
+    if exe is None:
+        raise RuntimeError("all_reduce_perf is not on PATH")
+    argv = [
+        exe,
+        "-b",
+        str(cfg.ar_min),
+        "-e",
+        str(cfg.ar_max),
+        "-f",
+        "2",
+        "-g",
+        str(nprocs),
+        "-n",
+        str(cfg.ar_iters),
+    ]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    runs, _issues = parse_nccl_text(p.stdout.splitlines(), path="all_reduce_perf", op_hint="all_reduce")
+    if p.returncode != 0 or not runs or not runs[-1].rows:
+        raise RuntimeError(f"all_reduce_perf exit {p.returncode}: {(p.stderr or p.stdout).strip()[-200:]}")
+    run = runs[-1]
+    rows = [
+        {
+            "size_bytes": r.size_bytes,
+            "time_us": r.ip_time_us or r.oop_time_us or 0.0,
+            "algbw_gbps": r.ip_algbw_gbps or r.oop_algbw_gbps or 0.0,
+            "busbw_gbps": r.ip_busbw_gbps or r.oop_busbw_gbps or 0.0,
+            "wrong": (r.ip_wrong or 0) + (r.oop_wrong or 0),
+        }
+        for r in run.rows
+    ]
+    return {
+        "world": run.nranks or nprocs,
+        "backend": "nccl-tests",
+        "rows": rows,
+        "footer_avg_busbw_gbps": run.avg_busbw_gbps,
+    }
+
+
 def _allreduce(
     cfg: BurninConfig,
     devices: list[dict[str, Any]],
@@ -319,7 +367,11 @@ def _allreduce(
         sizes = [s for s in sizes if s * 3 < mem] or sizes[:1]
     with tempfile.TemporaryDirectory(prefix="fleettool-ar-") as tmp:
         try:
-            out = run_local(backend, nprocs, sizes, cfg.ar_iters, 3, os.path.join(tmp, "r.json"))
+            if cfg.ar_tool == "nccl-tests":
+                out = _allreduce_nccl_tests(cfg, nprocs)
+                backend = "nccl-tests"
+            else:
+                out = run_local(backend, nprocs, sizes, cfg.ar_iters, 3, os.path.join(tmp, "r.json"))
         except Exception as e:
             return Result(
                 cfg.node, None, "allreduce", Verdict.INCONCLUSIVE, reason=f"all-reduce did not run: {e}"

@@ -108,6 +108,9 @@ def register(app: typer.Typer) -> None:
         gemm_n: Annotated[int, typer.Option(help="GEMM size (n x n x n)")] = 8192,
         allreduce_max: Annotated[str, typer.Option(help="largest all-reduce message")] = "8G",
         dcgm_level: Annotated[int, typer.Option(help="dcgmi diag -r LEVEL")] = 1,
+        allreduce_tool: Annotated[
+            str, typer.Option(help="torch (torch.distributed), or nccl-tests (all_reduce_perf on PATH)")
+        ] = "torch",
         db: Annotated[
             Path, typer.Option(help="store the results, telemetry and all-reduce table here")
         ] = DEFAULT_DB,
@@ -170,6 +173,8 @@ def register(app: typer.Typer) -> None:
             allreduce_max,
             "--dcgm-level",
             str(dcgm_level),
+            "--allreduce-tool",
+            allreduce_tool,
         ]
         if mode == "local":
             cfg = BurninConfig(
@@ -181,6 +186,7 @@ def register(app: typer.Typer) -> None:
                 gemm_n=gemm_n,
                 ar_max=ar_max,
                 dcgm_level=dcgm_level,
+                ar_tool=allreduce_tool,
             )
             rep = _run_local(cfg, db, no_store, json_out)
         else:
