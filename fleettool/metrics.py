@@ -250,6 +250,71 @@ def own_metric_name(metric: str) -> str:
     return f"{OWN_PREFIX}{metric}"
 
 
+# unit suffix of the canonical name -> (base-unit suffix on /metrics, factor to base units)
+_UNIT_SUFFIXES = (
+    ("_mhz", "_hertz", 1e6),
+    ("_pct", "_ratio", 0.01),
+    ("_us", "_seconds", 1e-6),
+    ("_c", "_celsius", 1.0),
+    ("_w", "_watts", 1.0),
+    ("_j", "_joules", 1.0),
+    ("_s", "_seconds", 1.0),
+)
+_PROM_RENAMES = {"gpu_count": "gpus", "gpu_count_expected": "gpus_expected"}
+
+
+def prom_spec(metric: str) -> tuple[str, float]:
+    """The name and scale on the agent's /metrics: base units (hertz, seconds, ratios), counters with `_total`,
+    as Prometheus's naming guide and `promtool check metrics` want. gpu_temp_c -> (fleettool_gpu_temp_celsius,
+    1), sm_clock_mhz -> (fleettool_sm_clock_hertz, 1e6), violation_power_us -> (..._seconds_total, 1e-6)."""
+    d = METRICS.get(metric)
+    base = _PROM_RENAMES.get(metric, metric)
+    scale = 1.0
+    counter = d is not None and d.kind == "counter"
+    stem = base[: -len("_total")] if base.endswith("_total") else base
+    for suf, unit, factor in _UNIT_SUFFIXES:
+        if stem.endswith(suf):
+            stem, scale = stem[: -len(suf)] + unit, factor
+            break
+    name = f"{OWN_PREFIX}{stem}"
+    if counter or base.endswith("_total"):
+        name += "_total"
+    return name, scale
+
+
+def prom_name(metric: str) -> str:
+    return prom_spec(metric)[0]
+
+
+_FROM_PROM: dict[str, tuple[str, float]] = {}
+
+
+def metric_of_own_name(name: str) -> str | None:
+    hit = own_name_spec(name)
+    return hit[0] if hit else None
+
+
+def own_name_spec(name: str) -> tuple[str, float] | None:
+    """fleettool_<metric> (recordings) or its /metrics spelling (base units, `_total`) -> (metric, scale to
+    divide by), or None."""
+    if not name.startswith(OWN_PREFIX):
+        return None
+    m = name[len(OWN_PREFIX) :]
+    if m in METRICS:
+        return m, 1.0
+    if not _FROM_PROM:
+        for metric in METRICS:
+            pn, sc = prom_spec(metric)
+            _FROM_PROM[pn] = (metric, sc)
+    return _FROM_PROM.get(name)
+    m = name[len(OWN_PREFIX) :]
+    if m in METRICS:
+        return m
+    if m.endswith("_total") and m[: -len("_total")] in METRICS:
+        return m[: -len("_total")]
+    return None
+
+
 # Clock-event reason bits (nvml.h; nvml-dcgm-facts.md section 4).
 CLOCK_EVENT_BITS: dict[int, str] = {
     0x1: "gpu_idle",

@@ -64,7 +64,7 @@ def test_sigterm_flushes_and_readers_read_while_it_runs(tmp_path: Path) -> None:
         assert _wait_rows(db, "SELECT count(*) FROM samples", 20) >= 20  # a reader between flushes
         body = urllib.request.urlopen("http://127.0.0.1:19402/metrics", timeout=5).read().decode()
         assert (
-            'fleettool_power_w{UUID="GPU-fa4e0000-0000-4000-8000-000000000001",gpu="1",hostname="gpu-17"}'
+            'fleettool_power_watts{UUID="GPU-fa4e0000-0000-4000-8000-000000000001",gpu="1",hostname="gpu-17"}'
             in body
         )
         assert 'fleettool_agent_collector_up{UUID="",collector="nvml",gpu="",hostname="gpu-17"} 1.0' in body

@@ -76,6 +76,7 @@ class Agent:
         self.runners = {c.id: CollectorRunner(c, cfg.watchdog_s) for c in collectors}
         self.sink = sink
         self.scheduler = scheduler  # the rules, evaluated over the store after a flush when due
+        self.open_alerts: list[dict[str, object]] = []  # firing alerts of this node, for /metrics
         self.clock = clock
         self.buf = Buffer()
         self.stats = AgentStats()
@@ -257,6 +258,10 @@ class Agent:
                     store.begin()
                     self.scheduler.run(store, now)
                     store.commit()
+                    self.open_alerts = store.query(
+                        "SELECT rule, severity, category, action, gpu FROM alerts WHERE state = 'firing' AND node = ?",
+                        [self.cfg.node],
+                    )
                 except Exception as e:  # a broken rule must not stop collection
                     with contextlib.suppress(Exception):
                         store.rollback()

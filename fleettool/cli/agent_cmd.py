@@ -156,7 +156,9 @@ def register(app: typer.Typer) -> None:
             serve(
                 metrics_port,
                 metrics_addr,
-                AgentMetrics(name, lambda: dict(ag.latest), lambda: dict(ag.event_counts)),
+                AgentMetrics(
+                    name, lambda: dict(ag.latest), lambda: dict(ag.event_counts), lambda: list(ag.open_alerts)
+                ),
             )
         stats = ag.run()
         if not quiet:

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from fleettool.engine.rules import Rule
-from fleettool.metrics import own_metric_name
+from fleettool.metrics import prom_spec
 from fleettool.xid_catalog import catalog, judge
 
 
@@ -36,6 +36,15 @@ def _num(v: Any) -> str:
     return str(int(f)) if f.is_integer() else repr(f)
 
 
+def own_metric_name(metric: str) -> str:
+    return prom_spec(metric)[0]
+
+
+def _scaled(metric: str | None, v: Any) -> str:
+    """A threshold in the rule's units -> the base units of the metric on /metrics."""
+    return _num(float(v) * (prom_spec(metric)[1] if metric else 1.0))
+
+
 def expr_for(r: Rule) -> str | None:
     m = r.p("metric")
     x = own_metric_name(m) if m else None
@@ -47,9 +56,9 @@ def expr_for(r: Rule) -> str | None:
         if r.p("than_metric"):
             off = float(r.p("value", 0))
             other = own_metric_name(r.p("than_metric"))
-            rhs = other if off == 0 else f"({other} + {_num(off)})"
+            rhs = other if off == 0 else f"({other} + {_scaled(m, off)})"
             return f"{x} {op} {rhs}"
-        return f"{x} {op} {_num(r.p('value', 0))}"
+        return f"{x} {op} {_scaled(m, r.p('value', 0))}"
     if r.kind in ("increase", "rate"):
         assert x is not None
         w = _dur(float(r.p("window", 300)))
@@ -57,11 +66,11 @@ def expr_for(r: Rule) -> str | None:
         e = f"{fn}({x}[{w}])"
         if r.kind == "rate" and r.p("per_lane_gen"):
             e = f"{e} / ({own_metric_name('pcie_link_width')} * {own_metric_name('pcie_link_gen')})"
-        return f"{e} {op} {_num(r.p('value', 0))}"
+        return f"{e} {op} {_scaled(m, r.p('value', 0))}"
     if r.kind == "trend":
         assert x is not None
         w = _dur(float(r.p("window", 7 * 86400)))
-        return f"increase({x}[{w}]) >= {_num(r.p('min_increase', 3))} and deriv({x}[{w}]) > 0"
+        return f"increase({x}[{w}]) >= {_scaled(m, r.p('min_increase', 3))} and deriv({x}[{w}]) > 0"
     if r.kind == "peer" and r.p("scope", "node") == "node" and r.p("below_fraction") is not None:
         assert x is not None
         w = _dur(float(r.p("window", 300)))
@@ -69,7 +78,8 @@ def expr_for(r: Rule) -> str | None:
         frac = 1 - float(r.p("below_fraction"))
         e = f"{sm} < on(hostname) group_left {_num(frac)} * quantile by (hostname) (0.5, {sm})"
         if r.p("when_metric"):
-            e = f"({e}) and on(hostname, gpu) {own_metric_name(r.p('when_metric'))} >= {_num(r.p('when_min', 0))}"
+            wm = r.p("when_metric")
+            e = f"({e}) and on(hostname, gpu) {own_metric_name(wm)} >= {_scaled(wm, r.p('when_min', 0))}"
         return e
     return None
 

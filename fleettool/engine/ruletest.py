@@ -34,7 +34,7 @@ import yaml
 
 from fleettool.engine.evaluate import Finding, evaluate_rule
 from fleettool.engine.rules import Rule, RuleError, load_rules, parse_duration
-from fleettool.metrics import OWN_PREFIX, map_dcgm_name
+from fleettool.metrics import OWN_PREFIX, map_dcgm_name, own_name_spec
 from fleettool.model import Event, Sample
 from fleettool.store import Store
 
@@ -74,12 +74,14 @@ def expand_values(spec: str) -> list[float | None]:
     return out
 
 
-def _metric_of(name: str) -> tuple[str, str] | None:
-    """A series name -> (canonical metric, sub label name) for fleettool_* and DCGM_FI_* names."""
+def _metric_of(name: str) -> tuple[str, float] | None:
+    """A series name -> (canonical metric, factor to multiply values by) for the agent's /metrics names (base
+    units), fleettool's recording names and DCGM_FI_* names."""
     if name.startswith(OWN_PREFIX):
-        return name[len(OWN_PREFIX) :], ""
-    hit = map_dcgm_name(name)
-    return (hit[0], hit[2]) if hit else None
+        hit = own_name_spec(name)
+        return (hit[0], 1.0 / hit[1]) if hit else None
+    d = map_dcgm_name(name)
+    return (d[0], d[1]) if d else None
 
 
 @dataclass
@@ -100,7 +102,7 @@ def load_case_inputs(store: Store, case: dict[str, Any], base: Path) -> None:
         mm = _metric_of(name)
         if mm is None:
             raise RuleError(f"unknown series name {name!r}")
-        metric = mm[0]
+        metric, factor = mm
         node = labels.get("hostname") or labels.get("Hostname") or labels.get("node") or "node"
         gpu = int(labels["gpu"]) if labels.get("gpu", "").isdigit() else None
         sub = ""
@@ -109,7 +111,7 @@ def load_case_inputs(store: Store, case: dict[str, Any], base: Path) -> None:
                 sub = f"{k}={labels[k]}"
         for i, v in enumerate(expand_values(s["values"])):
             if v is not None:
-                samples.append(Sample(i * interval, node, gpu, labels.get("UUID"), metric, v, sub))
+                samples.append(Sample(i * interval, node, gpu, labels.get("UUID"), metric, v * factor, sub))
     if samples:
         store.write_samples(samples)
     evs = []

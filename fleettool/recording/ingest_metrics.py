@@ -14,7 +14,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fleettool.formats.openmetrics import Chunk, ExpositionParser, parse_stream
-from fleettool.metrics import DCGM_FP64_BLANK, DCGM_INT32_BLANK, METRICS, OWN_PREFIX, map_dcgm_name
+from fleettool.metrics import (
+    DCGM_FP64_BLANK,
+    DCGM_INT32_BLANK,
+    METRICS,
+    OWN_PREFIX,
+    map_dcgm_name,
+    own_name_spec,
+)
 from fleettool.model import GpuInfo, normalize_pci_bus_id
 from fleettool.recording.files import iter_blocks
 
@@ -49,9 +56,9 @@ def map_series(
         if hit is not None:
             metric, scale, sub = hit
     elif name.startswith(OWN_PREFIX):
-        m = name[len(OWN_PREFIX) :]
-        if m in METRICS:
-            metric = m
+        spec = own_name_spec(name)  # recordings use fleettool_<metric>; a saved /metrics scrape, base units
+        if spec is not None:
+            metric, scale = spec[0], 1.0 / spec[1]
     node = default_node
     for k in HOST_LABELS:
         if labels.get(k):
