@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from fleettool.cli import agent_cmd, alerts_cmd, burnin_cmd, query_cmd, replay_cmd, rules_cmd
+from fleettool.cli import agent_cmd, alerts_cmd, burnin_cmd, fleet_cmd, query_cmd, replay_cmd, rules_cmd
 from fleettool.cli.exit_codes import EPILOG
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ rules_cmd.register(app)
 rules_cmd.register_baselines(app)
 alerts_cmd.register(app)
 burnin_cmd.register(app)
+fleet_cmd.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,108 @@
+"""`fleettool export` (store -> Parquet segments in a fleet location) and `fleettool fleet` (rules and alerts
+over a fleet location)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fleettool.cli.common import DEFAULT_DB, die, hostname, open_store
+from fleettool.cli.exit_codes import ExitCode
+
+fleet_app = typer.Typer(help="Fleet-wide views over exported segments.", no_args_is_help=True)
+FleetArg = Annotated[str, typer.Option("--fleet", help="a directory (NFS) or s3://bucket/prefix")]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("export")
+    def export_cmd(
+        to: Annotated[str, typer.Option("--to", help="a directory (NFS) or s3://bucket/prefix")],
+        db: Annotated[Path, typer.Option(help="the store to export")] = DEFAULT_DB,
+        exporter: Annotated[str, typer.Option(help="name of this exporter (default: this host)")] = "",
+        include_current_hour: Annotated[
+            bool, typer.Option(help="also the hour in progress (default: whole hours only)")
+        ] = False,
+        json_out: Annotated[bool, typer.Option("--json")] = False,
+    ) -> None:
+        """Export the store as Parquet segments (zstd), partitioned by date and node, whole hours only; a
+        segment is visible whole or not at all and a crash mid-export loses nothing (the next export writes the
+        same hours again). S3: set FLEETTOOL_S3_ENDPOINT (or AWS_ENDPOINT_URL) and AWS_* credentials.
+
+        Example: fleettool export --db /var/lib/fleettool/fleet.duckdb --to s3://gpu-fleet/segments
+        """
+        from fleettool.fleet.location import open_location
+        from fleettool.fleet.segments import export
+
+        try:
+            loc = open_location(to)
+        except (OSError, ValueError) as e:
+            raise die(f"{to}: {e}", ExitCode.STORE_ERROR) from None
+        with open_store(db, read_only=False) as store:
+            try:
+                rep = export(
+                    store, loc, exporter or hostname(), time.time(), include_current_hour=include_current_hour
+                )
+            except OSError as e:
+                raise die(
+                    f"export to {to} failed (nothing half-written is visible; run it again): {e}",
+                    ExitCode.STORE_ERROR,
+                ) from None
+        out = {"segments": rep.segments, "rows": rep.rows, "bytes": rep.bytes, "tables": rep.by_table}
+        if json_out:
+            json.dump(out, sys.stdout)
+            print()
+        else:
+            print(f"{rep.segments} segments, {rep.rows} rows, {rep.bytes} bytes -> {to}")
+
+    app.add_typer(fleet_app, name="fleet")
+
+
+@fleet_app.command("alerts")
+def fleet_alerts(
+    fleet: FleetArg,
+    evaluate: Annotated[
+        bool,
+        typer.Option("--evaluate", help="evaluate the rules over the whole fleet (fleet-wide peers, NCCL)"),
+    ] = False,
+    json_out: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Alerts of every node of a fleet location: the agents' own (exported), or with --evaluate the rules run
+    over every node's segments at once (GPUs against the fleet baseline of their SKU, NCCL localisation across
+    nodes).
+
+    Example: fleettool fleet alerts --fleet s3://gpu-fleet/segments --evaluate --json
+    """
+    from fleettool.cli.query_cmd import _ts
+    from fleettool.engine.evaluate import evaluate as run_rules
+    from fleettool.engine.evaluate import write_alerts
+    from fleettool.engine.rules import load_rules
+    from fleettool.fleet.read import open_fleet
+
+    try:
+        store = open_fleet(fleet)
+    except OSError as e:
+        raise die(f"{fleet}: {e}", ExitCode.STORE_ERROR) from None
+    with store:
+        if evaluate:
+            store.con.execute("DELETE FROM alerts")
+            write_alerts(store, run_rules(store, load_rules()))
+        rows = store.query(
+            "SELECT alert_id, rule, category, severity, node, gpu, action, state, first_seen, last_seen, summary, "
+            "runbook FROM alerts ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, "
+            "node, gpu"
+        )
+    out = [dict(r, first_seen=_ts(r["first_seen"]), last_seen=_ts(r["last_seen"])) for r in rows]
+    if json_out:
+        json.dump(out, sys.stdout, indent=1)
+        print()
+    else:
+        for r in out:
+            print(
+                f"{r['severity']:8s} {r['category']:10s} {r['node']} gpu {r['gpu'] if r['gpu'] is not None else '-'}"
+                f"  {r['action']:16s} {r['summary']}"
+            )
