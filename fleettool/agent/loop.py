@@ -39,6 +39,8 @@ class AgentConfig:
     health_every_s: float = 10.0
     duration_s: float | None = None
     quiet: bool = False
+    export_to: str | None = None  # a fleet location: Parquet segments of every whole hour go there
+    export_every_s: float = 3600.0
 
 
 @dataclass
@@ -86,6 +88,7 @@ class Agent:
         self._health: dict[str, tuple[float, float]] = {}  # collector -> (up, hung)
         self._last_health = -1e18
         self._last_retention = -1e18
+        self._last_export = -1e18
         self._started = False
 
     # -- control ------------------------------------------------------------------------------------------
@@ -267,6 +270,17 @@ class Agent:
                         store.rollback()
                     self.log(
                         f"rule evaluation failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+                    )
+            if self.cfg.export_to and now - self._last_export >= self.cfg.export_every_s:
+                self._last_export = now
+                try:
+                    from fleettool.fleet.location import open_location
+                    from fleettool.fleet.segments import export
+
+                    export(store, open_location(self.cfg.export_to), self.cfg.node, now)
+                except Exception as e:  # the store keeps everything; the next export catches up
+                    self.log(
+                        f"export to {self.cfg.export_to} failed: {str(e).splitlines()[0] if str(e) else e!r}"
                     )
             if now - self._last_retention >= self.cfg.retention_every_s:
                 store.apply_retention(now, self.cfg.raw_keep_s, self.cfg.rollup_keep_s)

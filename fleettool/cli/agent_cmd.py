@@ -99,6 +99,11 @@ def register(app: typer.Typer) -> None:
         no_rules: Annotated[
             bool, typer.Option("--no-rules", help="collect only; do not evaluate rules")
         ] = False,
+        export_to: Annotated[
+            str | None,
+            typer.Option(help="fleet location (directory or s3://...) for hourly Parquet segments"),
+        ] = None,
+        export_every: Annotated[str, typer.Option(help="how often to export")] = "1h",
         raw_retention: Annotated[
             str, typer.Option(help="keep raw samples this long, then 1-minute rollups")
         ] = "7d",
@@ -138,6 +143,8 @@ def register(app: typer.Typer) -> None:
             rollup_keep_s=parse_duration(rollup_retention),
             duration_s=parse_duration(duration) if duration else None,
             quiet=quiet,
+            export_to=export_to,
+            export_every_s=parse_duration(export_every),
         )
         scheduler = None
         if not no_rules:

@@ -84,7 +84,7 @@ def fleet_alerts(
     from fleettool.fleet.read import open_fleet
 
     try:
-        store = open_fleet(fleet)
+        store = open_fleet(fleet, materialize=evaluate, tables=None if evaluate else ("alerts",))
     except OSError as e:
         raise die(f"{fleet}: {e}", ExitCode.STORE_ERROR) from None
     with store:

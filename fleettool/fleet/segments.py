@@ -43,16 +43,23 @@ def _hour(t: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(t // HOUR * HOUR, tz=dt.timezone.utc).replace(tzinfo=None)
 
 
+ROW_GROUP = 16384  # rows are sorted by metric: a row group holds about one metric, so readers skip the others
+
+
 def write_atomic(loc: Location, path: str, table: pa.Table) -> int:
     """Write one Parquet file so that readers see all of it or nothing."""
     parent = path.rsplit("/", 1)[0]
     loc.fs.create_dir(parent, recursive=True)
     if isinstance(loc.fs, pafs.LocalFileSystem):
         tmp = f"{parent}/.tmp-{uuid.uuid4().hex}.parquet"
-        pq.write_table(table, tmp, filesystem=loc.fs, compression="zstd", compression_level=6)
+        pq.write_table(
+            table, tmp, filesystem=loc.fs, compression="zstd", compression_level=6, row_group_size=ROW_GROUP
+        )
         loc.fs.move(tmp, path)
     else:  # object storage: the object appears only when its upload completes
-        pq.write_table(table, path, filesystem=loc.fs, compression="zstd", compression_level=6)
+        pq.write_table(
+            table, path, filesystem=loc.fs, compression="zstd", compression_level=6, row_group_size=ROW_GROUP
+        )
     return int(loc.fs.get_file_info(path).size or 0)
 
 
@@ -86,34 +93,34 @@ def export(
         if lo is not None:
             where += f" AND {tcol} >= ?"
             params.append(lo)
-        hours = store.con.execute(
-            f"SELECT DISTINCT time_bucket(INTERVAL 1 HOUR, {tcol}) AS h, node FROM {table} "
-            f"WHERE {tcol} IS NOT NULL AND {where} ORDER BY h, node",
-            params,
-        ).fetchall()
-        order = (
-            "metric, gpu, sub, ts"
-            if table == "samples"
-            else ("metric, gpu, sub, minute" if table == "samples_1m" else "ts")
-        )
+        hours = [
+            r[0]
+            for r in store.con.execute(
+                f"SELECT DISTINCT time_bucket(INTERVAL 1 HOUR, {tcol}) AS h FROM {table} "
+                f"WHERE {tcol} IS NOT NULL AND {where} ORDER BY h",
+                params,
+            ).fetchall()
+        ]
+        order = {"samples": "metric, gpu, sub, ts", "samples_1m": "metric, gpu, sub, minute"}.get(table, "ts")
         last_done = None
-        for h, node in hours:
+        for h in hours:
+            # one query per hour, every node at once, sorted by node: each node's rows are one slice
             t = store.con.sql(
-                f"SELECT * FROM {table} WHERE node = $node AND {tcol} >= $h AND {tcol} < $h + INTERVAL 1 HOUR "
-                f"ORDER BY {order}",
-                params={"node": node, "h": h},
+                f"SELECT * FROM {table} WHERE {tcol} >= $h AND {tcol} < $h + INTERVAL 1 HOUR ORDER BY node, {order}",
+                params={"h": h},
             ).to_arrow_table()
-            name = f"{table}-{_safe(node)}-{h.strftime('%Y%m%dT%H')}.parquet"
-            path = loc.path(table, f"date={h.strftime('%Y-%m-%d')}", f"node={_safe(node)}", name)
-            rep.bytes += write_atomic(loc, path, t)
-            rep.segments += 1
-            rep.rows += t.num_rows
-            rep.by_table[table] = rep.by_table.get(table, 0) + t.num_rows
-            if last_done is None or h > last_done:
-                last_done = h
+            for node, piece in _by_node(t):
+                name = f"{table}-{_safe(node)}-{h.strftime('%Y%m%dT%H')}.parquet"
+                path = loc.path(table, f"date={h.strftime('%Y-%m-%d')}", f"node={_safe(node)}", name)
+                rep.bytes += write_atomic(loc, path, piece)
+                rep.segments += 1
+                rep.rows += piece.num_rows
+                rep.by_table[table] = rep.by_table.get(table, 0) + piece.num_rows
+            last_done = h
         if last_done is not None:
             # the watermark moves only once every segment of these hours is written
             _meta_set(store, wm_key, (last_done + dt.timedelta(hours=1)).isoformat())
+        rep.segments += _compact_days(store, loc, table, tcol, order, cutoff)
     who = _safe(exporter)
     for table in SNAPSHOTS:
         t = store.con.sql(f"SELECT * FROM {table}").to_arrow_table()
@@ -124,6 +131,61 @@ def export(
         rep.segments += 1
         rep.by_table[table] = rep.by_table.get(table, 0) + t.num_rows
     return rep
+
+
+def _compact_days(store: Store, loc: Location, table: str, tcol: str, order: str, cutoff: float) -> int:
+    """Once every hour of a day is exported, its hourly segments of each node become one daily segment (half
+    the bytes: Parquet's per-file overhead and zstd's window both favour bigger files). The daily file is
+    written first, then the hourly ones are deleted; readers ignore hourly files beside a daily one, so a crash
+    in between shows each row once."""
+    wm = _meta_get(store, f"export:{table}:{loc.url}")
+    if not wm:
+        return 0
+    done_until = min(dt.datetime.fromisoformat(wm), _hour(cutoff))
+    days = [
+        r[0]
+        for r in store.con.execute(
+            f"SELECT DISTINCT CAST({tcol} AS DATE) AS d FROM {table} WHERE {tcol} < ? ORDER BY d",
+            [dt.datetime.combine(done_until.date(), dt.time())],
+        ).fetchall()
+    ]
+    written = 0
+    for day in days:
+        key = f"compact:{table}:{loc.url}:{day.isoformat()}"
+        if _meta_get(store, key):
+            continue
+        t = store.con.sql(
+            f"SELECT * FROM {table} WHERE CAST({tcol} AS DATE) = $d ORDER BY node, {order}", params={"d": day}
+        ).to_arrow_table()
+        for node, piece in _by_node(t):
+            part = loc.path(table, f"date={day.isoformat()}", f"node={_safe(node)}")
+            daily = f"{part}/{table}-{_safe(node)}-{day.strftime('%Y%m%d')}-day.parquet"
+            write_atomic(loc, daily, piece)
+            written += 1
+            for f in loc.fs.get_file_info(pafs.FileSelector(part, allow_not_found=True)):
+                if (
+                    f.type == pafs.FileType.File
+                    and f.path.endswith(".parquet")
+                    and not f.path.endswith("-day.parquet")
+                ):
+                    loc.fs.delete_file(f.path)
+        _meta_set(store, key, "1")
+    return written
+
+
+def _by_node(t: pa.Table) -> list[tuple[str, pa.Table]]:
+    """Slices of a table sorted by node, one per node."""
+    if t.num_rows == 0:
+        return []
+    import pyarrow.compute as pc
+
+    ends = pc.run_end_encode(t.column("node").combine_chunks())
+    out = []
+    start = 0
+    for node, end in zip(ends.values.to_pylist(), ends.run_ends.to_pylist(), strict=True):
+        out.append((node, t.slice(start, end - start)))
+        start = end
+    return out
 
 
 def _safe(s: str) -> str:
