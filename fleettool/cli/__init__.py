@@ -25,6 +25,7 @@ rules_cmd.register_baselines(app)
 alerts_cmd.register(app)
 burnin_cmd.register(app)
 fleet_cmd.register(app)
+fleet_cmd.register_tui(app)
 
 
 def main() -> None:

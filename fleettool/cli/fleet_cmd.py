@@ -106,3 +106,23 @@ def fleet_alerts(
                 f"{r['severity']:8s} {r['category']:10s} {r['node']} gpu {r['gpu'] if r['gpu'] is not None else '-'}"
                 f"  {r['action']:16s} {r['summary']}"
             )
+
+
+def register_tui(app: typer.Typer) -> None:
+    @app.command()
+    def tui(
+        db: Annotated[
+            Path, typer.Option(help="the agent's database (read-only; acks and silences write)")
+        ] = DEFAULT_DB,
+        fleet: Annotated[str | None, typer.Option("--fleet", help="a fleet location instead")] = None,
+        refresh: Annotated[float, typer.Option(help="seconds between refreshes")] = 10.0,
+    ) -> None:
+        """The triage dashboard: alerts worst first; Enter opens the evidence (series around the alert, its
+        events, NCCL runs, burn-ins) beside its runbook; a acknowledges, s silences the node, r resolves, f
+        shows the fleet grid, / filters, ? helps.
+
+        Example: fleettool tui --db /var/lib/fleettool/fleet.duckdb
+        """
+        from fleettool.tui.app import FleetTui, Source
+
+        FleetTui(Source(db=db, fleet=fleet), refresh_s=refresh).run()

@@ -1,0 +1,130 @@
+"""What the triage screens show, as plain data from the store (no Textual here, so the CLI, tests and any
+other front end can use it): the alert list, one alert's evidence (the series around it, its events, runs and
+burn-in results, its runbook), and the fleet grid (every node and GPU with its worst open alert)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from importlib import resources
+from typing import Any
+
+from fleettool.engine.silences import annotate
+from fleettool.store import Store
+
+SEV_RANK = {"critical": 0, "warning": 1, "info": 2}
+
+
+def _epoch(v: Any) -> float | None:
+    if v is None:
+        return None
+    return v.replace(tzinfo=dt.timezone.utc).timestamp()
+
+
+def alerts(store: Store, *, now: float | None = None, state: str | None = None) -> list[dict[str, Any]]:
+    sql = (
+        "SELECT alert_id, rule, category, severity, node, gpu, action, state, first_seen, last_seen, summary, "
+        "runbook FROM alerts"
+    )
+    params: list[Any] = []
+    if state:
+        sql += " WHERE state = ?"
+        params.append(state)
+    rows = store.query(sql, params)
+    rows.sort(
+        key=lambda r: (r["state"] != "firing", SEV_RANK.get(r["severity"], 3), -(_epoch(r["last_seen"]) or 0))
+    )
+    return annotate(store, rows, time.time() if now is None else now)
+
+
+def runbook_text(runbook: str) -> str:
+    name = runbook.rsplit("/", 1)[-1]
+    try:
+        return resources.files("fleettool.runbooks").joinpath(name).read_text(encoding="utf-8")
+    except (FileNotFoundError, OSError):
+        return f"# {name}\n\nNo runbook found for this rule."
+
+
+def alert_detail(store: Store, alert_id: str, *, points: int = 60) -> dict[str, Any] | None:
+    rows = store.query("SELECT * FROM alerts WHERE alert_id = ?", [alert_id])
+    if not rows:
+        return None
+    a = rows[0]
+    ev = json.loads(a["evidence"]) if a["evidence"] else {}
+    t0, t1 = ev.get("window") or [(_epoch(a["first_seen"]) or 0) - 600, (_epoch(a["last_seen"]) or 0) + 600]
+    lo = dt.datetime.fromtimestamp(t0, tz=dt.timezone.utc).replace(tzinfo=None)
+    hi = dt.datetime.fromtimestamp(t1, tz=dt.timezone.utc).replace(tzinfo=None)
+    series = {}
+    for metric, _rule in ev.get("series", []):
+        vals = store.query(
+            "SELECT ts, value FROM samples WHERE node = ? AND gpu IS NOT DISTINCT FROM ? AND metric = ? "
+            "AND ts BETWEEN ? AND ? ORDER BY ts",
+            [a["node"], a["gpu"], metric, lo, hi],
+        )
+        if not vals:
+            vals = store.query(
+                "SELECT minute AS ts, vmean AS value FROM samples_1m WHERE node = ? AND gpu IS NOT DISTINCT FROM ? "
+                "AND metric = ? AND minute BETWEEN ? AND ? ORDER BY minute",
+                [a["node"], a["gpu"], metric, lo, hi],
+            )
+        v = [float(r["value"]) for r in vals]
+        if len(v) > points:  # keep the shape: max of each bucket (spikes matter in triage)
+            step = len(v) / points
+            v = [max(v[int(i * step) : int((i + 1) * step)] or [v[-1]]) for i in range(points)]
+        series[metric] = v
+    events = store.query(
+        "SELECT ts, kind, code, message FROM events WHERE node = ? AND (gpu IS NOT DISTINCT FROM ? OR gpu IS NULL) "
+        "AND kind <> 'boot' AND (ts IS NULL OR ts BETWEEN ? AND ?) ORDER BY ts LIMIT 200",
+        [a["node"], a["gpu"], lo, hi],
+    )
+    runs = store.query(
+        "SELECT op, ranks, nodes, avg_busbw_gbps, peak_busbw_gbps, source FROM nccl_runs "
+        "WHERE list_contains(nodes, ?) ORDER BY ts NULLS LAST LIMIT 20",
+        [a["node"]],
+    )
+    burnins = store.query(
+        "SELECT ts, test, gpu, verdict, figure, unit, reason FROM burnin_results WHERE node = ? "
+        "ORDER BY ts DESC LIMIT 20",
+        [a["node"]],
+    )
+    return {
+        **a,
+        "evidence": ev,
+        "series": series,
+        "events": events,
+        "runs": runs,
+        "burnins": burnins,
+        "runbook_text": runbook_text(a["runbook"]),
+    }
+
+
+def fleet_grid(store: Store) -> list[dict[str, Any]]:
+    """One row per node: its GPUs and, per GPU, the worst firing alert's severity (None when healthy)."""
+    gpus = store.query(
+        "SELECT node, gpu, any_value(model) AS model FROM gpus WHERE gpu IS NOT NULL GROUP BY node, gpu "
+        "UNION SELECT DISTINCT node, gpu, NULL FROM alerts WHERE gpu IS NOT NULL"
+    )
+    worst: dict[tuple[str, int | None], str] = {}
+    for a in store.query("SELECT node, gpu, severity FROM alerts WHERE state = 'firing'"):
+        k = (a["node"], a["gpu"])
+        if k not in worst or SEV_RANK[a["severity"]] < SEV_RANK[worst[k]]:
+            worst[k] = a["severity"]
+    nodes: dict[str, dict[str, Any]] = {}
+    for g in gpus:
+        n = nodes.setdefault(
+            g["node"], {"node": g["node"], "model": g["model"], "gpus": {}, "node_alert": None}
+        )
+        n["gpus"][g["gpu"]] = worst.get((g["node"], g["gpu"]))
+        n["model"] = n["model"] or g["model"]
+    for (node, gpu), sev in worst.items():
+        if gpu is None:
+            n = nodes.setdefault(node, {"node": node, "model": None, "gpus": {}, "node_alert": None})
+            n["node_alert"] = sev
+    out = []
+    for n in nodes.values():
+        sevs = [s for s in [*n["gpus"].values(), n["node_alert"]] if s]
+        n["worst"] = min(sevs, key=lambda s: SEV_RANK[s]) if sevs else None
+        out.append(n)
+    out.sort(key=lambda n: (SEV_RANK.get(n["worst"] or "", 3), n["node"]))
+    return out

@@ -1,0 +1,119 @@
+"""The TUI with Textual's Pilot: the alert list from a replayed scenario, Enter opens evidence and runbook,
+keys acknowledge and silence (written to the store), the fleet grid, the filter, the help screen."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SCENARIOS, run_cli
+
+pytest.importorskip("textual")
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    p = tmp_path_factory.mktemp("tui") / "t.duckdb"
+    for sc in ("dbe-remap-pending", "thermal-throttle", "healthy-power-capped"):
+        assert run_cli("replay", str(SCENARIOS / sc), "--db", str(p), "-q").returncode == 0
+    return p
+
+
+async def _settle(pilot, cond, tries: int = 100) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(tries):
+        await pilot.pause(0.05)
+        if cond():
+            return
+    raise AssertionError("the screen did not reach the expected state")
+
+
+def test_alerts_detail_and_runbook(db: Path) -> None:
+    from textual.widgets import DataTable, Markdown, Sparkline, Static
+
+    from fleettool.tui.app import DetailScreen, FleetTui, Source
+
+    async def go() -> None:
+        app = FleetTui(Source(db=db), refresh_s=60)
+        async with app.run_test(size=(160, 48)) as pilot:
+            table = app.query_one("#alerts", DataTable)
+            await _settle(pilot, lambda: table.row_count == 2)
+            first = app.rows[0]
+            assert first["severity"] == "critical" and first["node"] == "gpu-12"  # worst first
+            await pilot.press("enter")
+            await _settle(pilot, lambda: isinstance(app.screen, DetailScreen))
+            screen = app.screen
+            await _settle(pilot, lambda: "gpu-12" in str(screen.query_one("#summary", Static).render()))
+            text = str(screen.query_one("#summary", Static).render())
+            assert "GpuDoubleBitError" in text and "reset-gpu" in text
+            md = screen.query_one("#runbook", Markdown)
+            await _settle(pilot, lambda: "Uncorrectable" in md.source)
+            assert "## Mitigation" in md.source
+            await _settle(pilot, lambda: len(screen.query(Sparkline)) >= 1)
+            await pilot.press("escape")
+            await _settle(pilot, lambda: not isinstance(app.screen, DetailScreen))
+
+    asyncio.run(go())
+
+
+def test_keys_ack_and_silence_write_to_the_store(db: Path) -> None:
+    from textual.widgets import DataTable
+
+    from fleettool.tui.app import FleetTui, Source
+
+    async def go() -> None:
+        app = FleetTui(Source(db=db), refresh_s=60)
+        async with app.run_test(size=(160, 48)) as pilot:
+            table = app.query_one("#alerts", DataTable)
+            await _settle(pilot, lambda: table.row_count == 2)
+            await pilot.press("a")
+            await _settle(pilot, lambda: bool(app.rows) and app.rows[0]["acknowledged"])
+            await pilot.press("down", "s")
+            await _settle(pilot, lambda: any(r["silenced"] for r in app.rows))
+
+    asyncio.run(go())
+    from fleettool.store import Store
+
+    with Store(db, read_only=True) as st:
+        assert st.scalar("SELECT count(*) FROM alert_acks WHERE kind = 'ack'") >= 1
+        assert st.scalar("SELECT count(*) FROM silences WHERE node = 'gpu-07'") == 1
+
+
+def test_fleet_grid_filter_and_help(db: Path) -> None:
+    from textual.widgets import DataTable
+
+    from fleettool.tui.app import FleetScreen, FleetTui, HelpScreen, Source
+
+    async def go() -> None:
+        app = FleetTui(Source(db=db), refresh_s=60)
+        async with app.run_test(size=(160, 48)) as pilot:
+            table = app.query_one("#alerts", DataTable)
+            await _settle(pilot, lambda: table.row_count == 2)
+            await pilot.press("slash")
+            await pilot.press(*"thermal")
+            await pilot.press("enter")
+            await _settle(pilot, lambda: table.row_count == 1)
+            await pilot.press("question_mark")
+            await _settle(pilot, lambda: isinstance(app.screen, HelpScreen))
+            await pilot.press("escape")
+            await pilot.press("f")
+            await _settle(pilot, lambda: isinstance(app.screen, FleetScreen))
+            grid = app.screen.query_one("#grid", DataTable)
+            await _settle(pilot, lambda: grid.row_count == 3)
+            first = grid.get_row_at(0)
+            assert first[0] == "gpu-12" and first[2] == "critical"
+
+    asyncio.run(go())
+
+
+def test_core_does_not_import_textual() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, fleettool.views, fleettool.engine.evaluate, fleettool.cli; "
+        "print('textual' in sys.modules)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "False", r.stderr

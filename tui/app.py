@@ -1,0 +1,362 @@
+"""`fleettool tui`: alerts -> evidence -> runbook -> action, keyboard first.
+
+All database work runs in thread workers that post past-tense messages (AlertsLoaded, DetailLoaded,
+FleetLoaded); the UI thread only renders. The store is opened read-only for each load, so the agent keeps
+writing; a fleet location is read through the same views. Layout lives in app.tcss.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Header, Input, Markdown, Sparkline, Static
+
+SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+class Source:
+    """Where the screens read from: an agent's database (read-only per load) or a fleet location."""
+
+    def __init__(self, db: Path | None = None, fleet: str | None = None) -> None:
+        self.db = db
+        self.fleet = fleet
+
+    def open(self):  # type: ignore[no-untyped-def]
+        if self.fleet:
+            from fleettool.fleet.read import open_fleet
+
+            return open_fleet(self.fleet)
+        from fleettool.store import Store
+
+        return Store(self.db or Path("fleettool.duckdb"), read_only=True, wait_s=2.0)
+
+    def open_rw(self):  # type: ignore[no-untyped-def]
+        from fleettool.store import Store
+
+        return Store(self.db or Path("fleettool.duckdb"), read_only=False, wait_s=5.0)
+
+
+class AlertsLoaded(Message):
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.rows = rows
+
+
+class DetailLoaded(Message):
+    def __init__(self, detail: dict[str, Any] | None) -> None:
+        super().__init__()
+        self.detail = detail
+
+
+class FleetLoaded(Message):
+    def __init__(self, nodes: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.nodes = nodes
+
+
+class ErrorScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,enter,q", "dismiss", "close")]
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+
+    def compose(self) -> ComposeResult:
+        yield Static(f"[b]Error[/b]\n\n{self.message}\n\n(press Esc)", id="error")
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "close")]
+
+    def compose(self) -> ComposeResult:
+        yield Markdown(
+            "# fleettool tui\n\n"
+            "| key | |\n|---|---|\n"
+            "| Enter | open the alert: evidence and runbook |\n"
+            "| a | acknowledge the alert for 4 h |\n"
+            "| s | silence the alert's node for 2 h |\n"
+            "| r | resolve the alert by hand |\n"
+            "| f | fleet grid: every node and GPU by worst alert |\n"
+            "| / | filter by text (node, rule, category, severity) |\n"
+            "| F5 | refresh now (also every 10 s) |\n"
+            "| Esc | back |\n"
+            "| q | quit |\n",
+            id="help",
+        )
+
+
+class DetailScreen(Screen[None]):
+    BINDINGS = [Binding("escape", "app.pop_screen", "back")]
+
+    def __init__(self, alert_id: str) -> None:
+        super().__init__()
+        self.alert_id = alert_id
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal():
+            with VerticalScroll(id="evidence"):
+                yield Static("loading...", id="summary")
+                yield VerticalScroll(id="sparks")
+                yield Static("", id="events")
+            yield Markdown("", id="runbook")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.load()
+
+    @work(thread=True, exclusive=True)
+    def load(self) -> None:
+        from fleettool.views import alert_detail
+
+        app: FleetTui = self.app  # type: ignore[assignment]
+        with app.source.open() as store:
+            d = alert_detail(store, self.alert_id)
+        self.post_message(DetailLoaded(d))
+
+    def on_detail_loaded(self, msg: DetailLoaded) -> None:
+        d = msg.detail
+        if d is None:
+            self.query_one("#summary", Static).update("alert not found")
+            return
+        gpu = "-" if d["gpu"] is None else d["gpu"]
+        style = SEV_STYLE.get(d["severity"], "")
+        head = (
+            f"[{style}]{d['severity'].upper()}[/] {d['category']}  {d['node']} gpu {gpu}\n"
+            f"[b]{d['summary']}[/b]\naction: [b]{d['action']}[/b]   state: {d['state']}   "
+            f"since {d['first_seen']}   last {d['last_seen']}\n"
+        )
+        findings = d["evidence"].get("findings", [])
+        head += "\n".join(f"  - {f['rule']} ({f['severity']}): {f['summary']}" for f in findings)
+        self.query_one("#summary", Static).update(head)
+        sparks = self.query_one("#sparks", VerticalScroll)
+        for metric, values in d["series"].items():
+            if values:
+                sparks.mount(Static(f"{metric}: {min(values):.4g} .. {max(values):.4g}"))
+                sparks.mount(Sparkline(values, summary_function=max))
+        lines = [f"{e['ts']} {e['kind']} {e['code'] or ''} {e['message'][:100]}" for e in d["events"][:30]]
+        lines += [
+            f"nccl {r['op']} {r['ranks']} ranks {r['nodes']}: peak {r['peak_busbw_gbps']} GB/s"
+            for r in d["runs"]
+        ]
+        lines += [
+            f"burn-in {b['test']} gpu {b['gpu']}: {b['verdict']} {b['figure']} {b['unit']}"
+            for b in d["burnins"]
+        ]
+        self.query_one("#events", Static).update(
+            "\n".join(lines) or "no events, runs or burn-ins in the window"
+        )
+        self.query_one("#runbook", Markdown).update(d["runbook_text"])
+
+
+class FleetScreen(Screen[None]):
+    BINDINGS = [Binding("escape", "app.pop_screen", "back")]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield DataTable(id="grid", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        t = self.query_one("#grid", DataTable)
+        t.add_columns("node", "model", "worst", "GPUs (. ok, W warning, C critical)")
+        self.load()
+
+    @work(thread=True, exclusive=True)
+    def load(self) -> None:
+        from fleettool.views import fleet_grid
+
+        app: FleetTui = self.app  # type: ignore[assignment]
+        with app.source.open() as store:
+            nodes = fleet_grid(store)
+        self.post_message(FleetLoaded(nodes))
+
+    def on_fleet_loaded(self, msg: FleetLoaded) -> None:
+        t = self.query_one("#grid", DataTable)
+        t.clear()
+        mark = {"critical": "[bold red]C[/]", "warning": "[yellow]W[/]", "info": "[cyan]i[/]", None: "."}
+        for n in msg.nodes:
+            cells = " ".join(
+                mark[n["gpus"][g]] for g in sorted(n["gpus"], key=lambda x: -1 if x is None else x)
+            )
+            t.add_row(n["node"], n["model"] or "", n["worst"] or "ok", cells, key=n["node"])
+
+
+class FleetTui(App[None]):
+    TITLE = "fleettool"
+    CSS_PATH = "app.tcss"
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("question_mark", "help", "help"),
+        Binding("f", "fleet", "fleet"),
+        Binding("a", "ack", "ack"),
+        Binding("s", "silence", "silence node"),
+        Binding("r", "resolve", "resolve"),
+        Binding("slash", "filter", "filter"),
+        Binding("f5", "refresh", "refresh"),
+    ]
+
+    def __init__(self, source: Source, refresh_s: float = 10.0) -> None:
+        super().__init__()
+        self.source = source
+        self.refresh_s = refresh_s
+        self.rows: list[dict[str, Any]] = []
+        self.filter_text = ""
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=True)
+        yield Input(placeholder="filter: node, rule, category, severity", id="filter")
+        yield DataTable(id="alerts", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        t = self.query_one("#alerts", DataTable)
+        t.add_columns("severity", "category", "node", "gpu", "action", "state", "note", "summary")
+        self.query_one("#filter", Input).display = False
+        self.load_alerts()
+        self.set_interval(self.refresh_s, self.load_alerts)
+        t.focus()
+
+    @work(thread=True, exclusive=True, group="alerts")
+    def load_alerts(self) -> None:
+        from fleettool.views import alerts
+
+        try:
+            with self.source.open() as store:
+                rows = alerts(store)
+        except Exception as e:  # one handler turns worker errors into a modal
+            self.call_from_thread(self.push_screen, ErrorScreen(str(e)))
+            return
+        self.post_message(AlertsLoaded(rows))
+
+    def on_alerts_loaded(self, msg: AlertsLoaded) -> None:
+        self.rows = msg.rows
+        self.render_rows()
+
+    def visible(self) -> list[dict[str, Any]]:
+        f = self.filter_text.lower()
+        if not f:
+            return self.rows
+        return [
+            r
+            for r in self.rows
+            if f
+            in " ".join(
+                str(r.get(k, "")) for k in ("node", "rule", "category", "severity", "summary")
+            ).lower()
+        ]
+
+    def render_rows(self) -> None:
+        t = self.query_one("#alerts", DataTable)
+        t.clear()
+        for r in self.visible():
+            note = ("silenced " if r["silenced"] else "") + (
+                f"ack:{r['ack_by']}" if r["acknowledged"] else ""
+            )
+            sev = f"[{SEV_STYLE.get(r['severity'], '')}]{r['severity']}[/]"
+            t.add_row(
+                sev,
+                r["category"],
+                r["node"],
+                "-" if r["gpu"] is None else str(r["gpu"]),
+                r["action"],
+                r["state"],
+                note,
+                r["summary"][:120],
+                key=r["alert_id"],
+            )
+        self.query_one("#status", Static).update(
+            f"{len(self.visible())} alerts ({sum(1 for r in self.rows if r['state'] == 'firing')} firing)  "
+            f"source: {self.source.fleet or self.source.db}  updated {time.strftime('%H:%M:%S')}"
+        )
+
+    def selected(self) -> dict[str, Any] | None:
+        t = self.query_one("#alerts", DataTable)
+        vis = self.visible()
+        if not vis or t.cursor_row is None or t.cursor_row >= len(vis):
+            return None
+        return vis[t.cursor_row]
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "alerts" and event.row_key.value:
+            self.push_screen(DetailScreen(str(event.row_key.value)))
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_fleet(self) -> None:
+        self.push_screen(FleetScreen())
+
+    def action_refresh(self) -> None:
+        self.load_alerts()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.display = True
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.filter_text = event.value.strip()
+        event.input.display = bool(self.filter_text)
+        self.render_rows()
+        self.query_one("#alerts", DataTable).focus()
+
+    def _write(self, what: str) -> None:
+        r = self.selected()
+        if r is None:
+            return
+        if self.source.fleet:
+            self.notify("a fleet location is read-only: act on the node's own database", severity="warning")
+            return
+        self.act(what, r)
+
+    @work(thread=True, exclusive=True, group="write")
+    def act(self, what: str, r: dict[str, Any]) -> None:
+        from fleettool.engine.silences import acknowledge, add_silence
+
+        who = os.environ.get("USER") or "tui"
+        now = time.time()
+        try:
+            with self.source.open_rw() as store:
+                if what == "ack":
+                    acknowledge(
+                        store, r["alert_id"], now=now, until=now + 4 * 3600, who=who, reason="from the TUI"
+                    )
+                elif what == "resolve":
+                    acknowledge(
+                        store,
+                        r["alert_id"],
+                        now=now,
+                        until=now + 3650 * 86400,
+                        who=who,
+                        reason="resolved in the TUI",
+                        kind="resolve",
+                    )
+                else:
+                    add_silence(
+                        store, now=now, until=now + 2 * 3600, who=who, reason="from the TUI", node=r["node"]
+                    )
+        except Exception as e:
+            self.call_from_thread(self.push_screen, ErrorScreen(str(e)))
+            return
+        self.call_from_thread(self.notify, f"{what}: {r['node']} {r['rule']}")
+        self.load_alerts()
+
+    def action_ack(self) -> None:
+        self._write("ack")
+
+    def action_resolve(self) -> None:
+        self._write("resolve")
+
+    def action_silence(self) -> None:
+        self._write("silence")
