@@ -165,3 +165,25 @@ def test_burnin_via_slurm_comes_back_into_the_store(slurm: dict[str, str], tmp_p
     with Store(db, read_only=True) as st:
         n = st.scalar("SELECT count(*) FROM burnin_results WHERE run_id = ?", [rep["run_id"]])
     assert n == len(rep["results"])
+
+
+def test_lifecycle_drains_and_resumes_the_slurm_node(slurm: dict[str, str], tmp_path: Path) -> None:
+    env = {"SLURM_CONF": slurm["SLURM_CONF"]}
+    db = tmp_path / "l.duckdb"
+    host = slurm["host"]
+
+    def state() -> str:
+        r = subprocess.run(
+            ["sinfo", "-h", "-o", "%t", "-n", host], env={**os.environ, **env}, capture_output=True, text=True
+        )
+        return r.stdout.strip()
+
+    r = run_cli("node", host, "cordon", "--slurm", "--db", str(db), "-m", "XID 79 twice", env=env)
+    assert r.returncode == 0, r.stderr
+    assert state().startswith("drain")
+    assert run_cli("node", host, "return", "--slurm", "--db", str(db), env=env).returncode == 0
+    assert state().startswith("idle")
+    trail = json.loads(run_cli("node", host, "--db", str(db), "--json").stdout)["audit"]
+    assert (
+        "scontrol update nodename=" in trail[0]["side_effects"] and "state=resume" in trail[1]["side_effects"]
+    )

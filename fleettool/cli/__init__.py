@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import typer
 
-from fleettool.cli import agent_cmd, alerts_cmd, burnin_cmd, fleet_cmd, query_cmd, replay_cmd, rules_cmd
+from fleettool.cli import (
+    agent_cmd,
+    alerts_cmd,
+    burnin_cmd,
+    fleet_cmd,
+    node_cmd,
+    query_cmd,
+    replay_cmd,
+    rules_cmd,
+)
 from fleettool.cli.exit_codes import EPILOG
 
 app = typer.Typer(
@@ -26,6 +35,7 @@ alerts_cmd.register(app)
 burnin_cmd.register(app)
 fleet_cmd.register(app)
 fleet_cmd.register_tui(app)
+node_cmd.register(app)
 
 
 def main() -> None:

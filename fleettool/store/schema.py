@@ -1,6 +1,6 @@
 """The store's schema. Every table is keyed by node, GPU index, GPU UUID and time (TIMESTAMP = UTC)."""
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 DDL = [
     """CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)""",
@@ -50,6 +50,12 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS baselines (
         model VARCHAR, driver VARCHAR, metric VARCHAR, key VARCHAR, median DOUBLE, mad DOUBLE, n INTEGER,
         updated TIMESTAMP)""",
+    # node lifecycle: the current state of each node, and every transition with who, when and why
+    """CREATE TABLE IF NOT EXISTS node_states (
+        node VARCHAR PRIMARY KEY, state VARCHAR NOT NULL, since TIMESTAMP, who VARCHAR, reason VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS node_audit (
+        ts TIMESTAMP, node VARCHAR NOT NULL, from_state VARCHAR, to_state VARCHAR NOT NULL, who VARCHAR,
+        reason VARCHAR, side_effects VARCHAR)""",
     # what was ingested, by content hash, so replaying the same file twice stores it once
     """CREATE TABLE IF NOT EXISTS ingests (
         digest VARCHAR PRIMARY KEY, path VARCHAR, format VARCHAR, node VARCHAR, rows BIGINT,

@@ -1,0 +1,126 @@
+"""`fleettool node NAME ACTION` (the lifecycle, with an audit trail) and `fleettool report` (fleet statistics)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fleettool.cli.common import DEFAULT_DB, die, open_store
+from fleettool.cli.exit_codes import ExitCode
+
+VERBS = {
+    "status": None,
+    "suspect": "suspect",
+    "cordon": "cordoned",
+    "repair": "in-repair",
+    "burnin": "burn-in",
+    "return": "healthy",
+    "rma": "rma",
+}
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def node(
+        name: Annotated[str, typer.Argument(help="the node")],
+        action: Annotated[
+            str, typer.Argument(help="status, suspect, cordon, repair, burnin, return or rma")
+        ] = "status",
+        db: Annotated[Path, typer.Option(help="DuckDB file")] = DEFAULT_DB,
+        by: Annotated[str, typer.Option("--by", help="who (default: $USER)")] = "",
+        reason: Annotated[str, typer.Option("--reason", "-m", help="why")] = "",
+        k8s: Annotated[bool, typer.Option("--k8s", help="also kubectl cordon/uncordon the node")] = False,
+        slurm: Annotated[bool, typer.Option("--slurm", help="also scontrol drain/resume the node")] = False,
+        json_out: Annotated[bool, typer.Option("--json")] = False,
+    ) -> None:
+        """A node's lifecycle: healthy -> suspect -> cordoned -> in-repair -> burn-in -> healthy, or -> rma. Only
+        valid transitions; each recorded with who, when and why. Kubernetes and Slurm side effects only with
+        --k8s / --slurm (run before the state changes; a failure leaves it unchanged).
+
+        Example: fleettool node gpu-17 cordon --by alice -m "XID 79 twice" --slurm
+        """
+        from fleettool.burnin.dispatch import validate_node
+        from fleettool.lifecycle import TransitionError, audit, current, transition
+
+        if action not in VERBS:
+            raise die(f"unknown action {action!r} (one of {', '.join(VERBS)})", ExitCode.USAGE)
+        try:
+            validate_node(name)
+        except ValueError as e:
+            raise die(str(e), ExitCode.USAGE) from None
+        with open_store(db, read_only=VERBS[action] is None) as store:
+            if VERBS[action] is not None:
+                try:
+                    transition(
+                        store,
+                        name,
+                        str(VERBS[action]),
+                        who=by or os.environ.get("USER") or "unknown",
+                        reason=reason,
+                        now=time.time(),
+                        k8s=k8s,
+                        slurm=slurm,
+                    )
+                except TransitionError as e:
+                    raise die(str(e), ExitCode.FAILURE) from None
+            st = current(store, name)
+            trail = audit(store, name)
+        out = {
+            "node": name,
+            "state": st.state,
+            "since": str(st.since) if st.since else None,
+            "who": st.who,
+            "reason": st.reason,
+            "audit": [{k: (str(v) if k == "ts" else v) for k, v in r.items()} for r in trail],
+        }
+        if json_out:
+            json.dump(out, sys.stdout, indent=1)
+            print()
+        else:
+            print(f"{name}: {st.state}" + (f" since {st.since} ({st.who}: {st.reason})" if st.since else ""))
+            for r in trail:
+                print(
+                    f"  {r['ts']}  {r['from_state']} -> {r['to_state']}  {r['who']}: {r['reason']}"
+                    + (f"  [{r['side_effects']}]" if r["side_effects"] else "")
+                )
+
+    @app.command()
+    def report(
+        db: Annotated[Path, typer.Option(help="DuckDB file")] = DEFAULT_DB,
+        fleet: Annotated[str | None, typer.Option("--fleet", help="a fleet location instead")] = None,
+        json_out: Annotated[bool, typer.Option("--json")] = False,
+    ) -> None:
+        """Fleet statistics: availability per node and fleet, MTBF, incidents by category, and the interruption
+        timeline (overlapping incidents of a node merged).
+
+        Example: fleettool report --db fleet.duckdb --json
+        """
+        from fleettool.stats import report as make_report
+
+        if fleet:
+            from fleettool.fleet.read import open_fleet
+
+            with open_fleet(fleet) as store:
+                rep = make_report(store)
+        else:
+            with open_store(db, read_only=True) as store:
+                rep = make_report(store)
+        if json_out:
+            json.dump(rep, sys.stdout, indent=1, default=str)
+            print()
+            return
+        f = rep.get("fleet") or {}
+        print(
+            f"fleet: {f.get('nodes', 0)} nodes, availability {f.get('availability')}, "
+            f"{f.get('interruptions', 0)} interruptions, MTBF {f.get('mtbf_s')} s, by category {f.get('incidents_by_category')}"
+        )
+        for n in rep.get("nodes", []):
+            print(
+                f"  {n['node']:20s} availability {n['availability']:.4f}  interruptions {n['interruptions']}"
+            )

@@ -1,0 +1,113 @@
+"""Node lifecycle: healthy -> suspect -> cordoned -> in-repair -> burn-in -> healthy, or -> rma.
+
+Only the transitions below are valid; each is recorded with who, when and why (node_audit). Side effects on the
+scheduler are explicit: the caller passes what to run (kubectl cordon/uncordon, scontrol drain/resume) and the
+commands are argv lists built from a validated node name, never a shell string.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+from dataclasses import dataclass
+
+from fleettool.burnin.dispatch import validate_node
+from fleettool.store import Store
+
+STATES = ("healthy", "suspect", "cordoned", "in-repair", "burn-in", "rma")
+TRANSITIONS: dict[str, set[str]] = {
+    "healthy": {"suspect", "cordoned"},
+    "suspect": {"healthy", "cordoned"},
+    "cordoned": {"in-repair", "burn-in", "healthy", "rma"},
+    "in-repair": {"burn-in", "rma"},
+    "burn-in": {"healthy", "in-repair", "rma"},
+    "rma": {"in-repair"},  # the replacement part is back: repair, then prove it
+}
+# what each target state means for the schedulers
+K8S = {"cordoned": "cordon", "healthy": "uncordon"}
+SLURM = {"cordoned": "drain", "in-repair": "drain", "rma": "drain", "healthy": "resume"}
+
+
+class TransitionError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class NodeState:
+    node: str
+    state: str
+    since: dt.datetime | None
+    who: str | None
+    reason: str | None
+
+
+def current(store: Store, node: str) -> NodeState:
+    rows = store.query("SELECT node, state, since, who, reason FROM node_states WHERE node = ?", [node])
+    if not rows:
+        return NodeState(node, "healthy", None, None, None)
+    r = rows[0]
+    return NodeState(r["node"], r["state"], r["since"], r["who"], r["reason"])
+
+
+def side_effect_argv(node: str, to: str, *, k8s: bool, slurm: bool, reason: str) -> list[list[str]]:
+    validate_node(node)
+    cmds: list[list[str]] = []
+    if k8s and to in K8S:
+        cmds.append(["kubectl", K8S[to], node])
+    if slurm and to in SLURM:
+        if SLURM[to] == "drain":
+            cmds.append(
+                ["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason or 'fleettool'}"]
+            )
+        else:
+            cmds.append(["scontrol", "update", f"nodename={node}", "state=resume"])
+    return cmds
+
+
+def transition(
+    store: Store,
+    node: str,
+    to: str,
+    *,
+    who: str,
+    reason: str,
+    now: float,
+    k8s: bool = False,
+    slurm: bool = False,
+    run: bool = True,
+) -> NodeState:
+    """Move a node to `to` if the lifecycle allows it; run the asked-for side effects first (a failed cordon
+    leaves the state unchanged), then record the transition."""
+    validate_node(node)
+    if to not in STATES:
+        raise TransitionError(f"unknown state {to!r} (one of {', '.join(STATES)})")
+    cur = current(store, node)
+    if to not in TRANSITIONS[cur.state]:
+        allowed = ", ".join(sorted(TRANSITIONS[cur.state]))
+        raise TransitionError(f"{node} is {cur.state}: it can go to {allowed}, not {to}")
+    cmds = side_effect_argv(node, to, k8s=k8s, slurm=slurm, reason=reason)
+    done = []
+    for argv in cmds:
+        if run:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            if p.returncode != 0:
+                raise TransitionError(
+                    f"{' '.join(argv)} failed ({p.returncode}): {(p.stderr or p.stdout).strip()[:200]}"
+                )
+        done.append(" ".join(argv))
+    ts = dt.datetime.fromtimestamp(now, tz=dt.timezone.utc).replace(tzinfo=None)
+    store.con.execute(
+        "INSERT OR REPLACE INTO node_states VALUES (?, ?, ?, ?, ?)", [node, to, ts, who, reason]
+    )
+    store.con.execute(
+        "INSERT INTO node_audit VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [ts, node, cur.state, to, who, reason, "; ".join(done)],
+    )
+    return NodeState(node, to, ts, who, reason)
+
+
+def audit(store: Store, node: str) -> list[dict[str, object]]:
+    return store.query(
+        "SELECT ts, from_state, to_state, who, reason, side_effects FROM node_audit WHERE node = ? ORDER BY ts",
+        [node],
+    )
