@@ -128,3 +128,41 @@ def fleet_grid(store: Store) -> list[dict[str, Any]]:
         out.append(n)
     out.sort(key=lambda n: (SEV_RANK.get(n["worst"] or "", 3), n["node"]))
     return out
+
+
+def node_view(store: Store, node: str) -> dict[str, Any]:
+    """One node: its GPUs with their latest gauges, open alerts, recent events, burn-in history, lifecycle."""
+    from fleettool.lifecycle import audit, current
+
+    gauges = store.query(
+        "SELECT gpu, metric, arg_max(value, ts) AS value FROM samples WHERE node = ? AND gpu IS NOT NULL AND metric IN "
+        "('gpu_temp_c', 'power_w', 'sm_clock_mhz', 'gpu_util_pct', 'clock_event_reasons') GROUP BY gpu, metric",
+        [node],
+    )
+    gpus: dict[int, dict[str, Any]] = {}
+    for g in gauges:
+        gpus.setdefault(g["gpu"], {"gpu": g["gpu"]})[g["metric"]] = g["value"]
+    for a in store.query("SELECT gpu, severity FROM alerts WHERE node = ? AND state = 'firing'", [node]):
+        if a["gpu"] is not None:
+            cur = gpus.setdefault(a["gpu"], {"gpu": a["gpu"]})
+            if SEV_RANK[a["severity"]] < SEV_RANK.get(cur.get("alert") or "", 3):
+                cur["alert"] = a["severity"]
+    events = store.query(
+        "SELECT ts, gpu, kind, code, message FROM events WHERE node = ? AND kind <> 'boot' ORDER BY ts DESC NULLS LAST "
+        "LIMIT 30",
+        [node],
+    )
+    burnins = store.query(
+        "SELECT ts, gpu, test, verdict, figure, unit FROM burnin_results WHERE node = ? ORDER BY ts DESC LIMIT 30",
+        [node],
+    )
+    st = current(store, node)
+    return {
+        "node": node,
+        "gpus": [gpus[k] for k in sorted(gpus)],
+        "events": events,
+        "burnins": burnins,
+        "state": st.state,
+        "since": st.since,
+        "audit": audit(store, node),
+    }

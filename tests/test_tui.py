@@ -117,3 +117,81 @@ def test_core_does_not_import_textual() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "False", r.stderr
+
+
+def test_node_screen_and_lifecycle_keys(db: Path) -> None:
+    from textual.widgets import DataTable, Static
+
+    from fleettool.tui.app import FleetTui, NodeScreen, Source
+
+    async def go() -> None:
+        app = FleetTui(Source(db=db), refresh_s=60)
+        async with app.run_test(size=(160, 48)) as pilot:
+            table = app.query_one("#alerts", DataTable)
+            await _settle(pilot, lambda: table.row_count == 2)
+            await pilot.press("n")
+            await _settle(pilot, lambda: isinstance(app.screen, NodeScreen))
+            scr = app.screen
+            gpus = scr.query_one("#nodegpus", DataTable)
+            await _settle(pilot, lambda: gpus.row_count == 8)
+            await pilot.press("c")
+            await _settle(pilot, lambda: "cordoned" in str(scr.query_one("#nodehead", Static).render()))
+            await pilot.press("h")
+            await _settle(
+                pilot, lambda: "lifecycle: healthy" in str(scr.query_one("#nodehead", Static).render())
+            )
+
+    asyncio.run(go())
+    from fleettool.store import Store
+
+    with Store(db, read_only=True) as st:
+        assert [r[0] for r in st.con.execute("SELECT to_state FROM node_audit ORDER BY ts").fetchall()] == [
+            "cordoned",
+            "healthy",
+        ]
+
+
+def test_screenshot(tmp_path: Path, snap_compare) -> None:  # type: ignore[no-untyped-def]
+    """SVG snapshot of the alert list (goldens in tests/__snapshots__, rewritten only with --snapshot-update)."""
+    from fleettool.tui.app import FleetTui, Source
+
+    db = tmp_path / "snap.duckdb"  # its own store: the other tests acknowledge and silence in theirs
+    for sc in ("dbe-remap-pending", "thermal-throttle"):
+        assert run_cli("replay", str(SCENARIOS / sc), "--db", str(db), "-q").returncode == 0
+
+    async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
+        await _settle(pilot, lambda: pilot.app.query_one("#alerts").row_count == 2)
+
+    assert snap_compare(
+        FleetTui(Source(db=db), refresh_s=600, clock=False), terminal_size=(140, 20), run_before=settle
+    )
+
+
+def test_real_terminal_under_tmux(db: Path, tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import time
+
+    tmux = shutil.which("tmux")
+    if tmux is None:
+        pytest.skip("tmux not installed (CI installs it)")
+    exe = shutil.which("fleettool")
+    assert exe
+    sock = str(tmp_path / "tmux.sock")
+    subprocess.run(
+        [tmux, "-S", sock, "new-session", "-d", "-x", "160", "-y", "40", exe, "tui", "--db", str(db)],
+        check=True,
+    )
+    try:
+        screen = ""
+        for _ in range(100):
+            time.sleep(0.2)
+            screen = subprocess.run(
+                [tmux, "-S", sock, "capture-pane", "-p"], capture_output=True, text=True
+            ).stdout
+            if "gpu-12" in screen and "critical" in screen:
+                break
+        assert "gpu-12" in screen and "critical" in screen and "thermal" in screen, screen
+        subprocess.run([tmux, "-S", sock, "send-keys", "q"], check=True)
+    finally:
+        subprocess.run([tmux, "-S", sock, "kill-server"], capture_output=True)

@@ -85,7 +85,8 @@ class HelpScreen(ModalScreen[None]):
             "| a | acknowledge the alert for 4 h |\n"
             "| s | silence the alert's node for 2 h |\n"
             "| r | resolve the alert by hand |\n"
-            "| f | fleet grid: every node and GPU by worst alert |\n"
+            "| f | fleet grid: every node and GPU by worst alert (Enter: the node) |\n"
+            "| n | the selected alert's node: GPUs, events, burn-ins, lifecycle (c/b/h move it) |\n"
             "| / | filter by text (node, rule, category, severity) |\n"
             "| F5 | refresh now (also every 10 s) |\n"
             "| Esc | back |\n"
@@ -158,6 +159,115 @@ class DetailScreen(Screen[None]):
         self.query_one("#runbook", Markdown).update(d["runbook_text"])
 
 
+class NodeLoaded(Message):
+    def __init__(self, view: dict[str, Any]) -> None:
+        super().__init__()
+        self.view = view
+
+
+class NodeScreen(Screen[None]):
+    """One node: GPUs with key gauges, events, burn-in history, lifecycle state and audit; c/b/h move it."""
+
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "back"),
+        Binding("c", "move('cordoned')", "cordon"),
+        Binding("b", "move('burn-in')", "burn-in"),
+        Binding("h", "move('healthy')", "healthy"),
+    ]
+
+    def __init__(self, node: str) -> None:
+        super().__init__()
+        self.node = node
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="nodehead")
+        yield DataTable(id="nodegpus", zebra_stripes=True)
+        yield Static("", id="nodeevents")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#nodegpus", DataTable).add_columns(
+            "gpu", "temp C", "power W", "SM MHz", "util %", "reasons", "alert"
+        )
+        self.load()
+
+    @work(thread=True, exclusive=True)
+    def load(self) -> None:
+        from fleettool.views import node_view
+
+        app: FleetTui = self.app  # type: ignore[assignment]
+        with app.source.open() as store:
+            v = node_view(store, self.node)
+        self.post_message(NodeLoaded(v))
+
+    def on_node_loaded(self, msg: NodeLoaded) -> None:
+        v = msg.view
+        self.query_one("#nodehead", Static).update(
+            f"[b]{v['node']}[/b]  lifecycle: [b]{v['state']}[/b]"
+            + (f" since {v['since']}" if v["since"] else "")
+            + "   (c cordon, b burn-in, h healthy)"
+        )
+        t = self.query_one("#nodegpus", DataTable)
+        t.clear()
+        for g in v["gpus"]:
+
+            def f(k: str, fmt: str = "{:.0f}", g: dict[str, Any] = g) -> str:
+                return fmt.format(g[k]) if g.get(k) is not None else ""
+
+            t.add_row(
+                str(g["gpu"]),
+                f("gpu_temp_c"),
+                f("power_w"),
+                f("sm_clock_mhz"),
+                f("gpu_util_pct"),
+                hex(int(g["clock_event_reasons"])) if g.get("clock_event_reasons") is not None else "",
+                g.get("alert") or "",
+            )
+        lines = [
+            f"{e['ts']} gpu {e['gpu']} {e['kind']} {e['code'] or ''} {e['message'][:90]}" for e in v["events"]
+        ]
+        lines += [
+            f"burn-in {b['ts']} gpu {b['gpu']} {b['test']}: {b['verdict']} {b['figure']} {b['unit']}"
+            for b in v["burnins"]
+        ]
+        lines += [
+            f"audit {r['ts']} {r['from_state']} -> {r['to_state']} by {r['who']}: {r['reason']}"
+            for r in v["audit"]
+        ]
+        self.query_one("#nodeevents", Static).update(
+            "\n".join(lines) or "no events, burn-ins or lifecycle changes"
+        )
+
+    def action_move(self, to: str) -> None:
+        app: FleetTui = self.app  # type: ignore[assignment]
+        if app.source.fleet:
+            self.notify("a fleet location is read-only", severity="warning")
+            return
+        self.move(to)
+
+    @work(thread=True, exclusive=True, group="write")
+    def move(self, to: str) -> None:
+        from fleettool.lifecycle import TransitionError, transition
+
+        app: FleetTui = self.app  # type: ignore[assignment]
+        try:
+            with app.source.open_rw() as store:
+                transition(
+                    store,
+                    self.node,
+                    to,
+                    who=os.environ.get("USER") or "tui",
+                    reason="from the TUI",
+                    now=time.time(),
+                    run=False,
+                )
+        except TransitionError as e:
+            self.app.call_from_thread(self.notify, str(e), severity="error")
+            return
+        self.load()
+
+
 class FleetScreen(Screen[None]):
     BINDINGS = [Binding("escape", "app.pop_screen", "back")]
 
@@ -180,6 +290,10 @@ class FleetScreen(Screen[None]):
             nodes = fleet_grid(store)
         self.post_message(FleetLoaded(nodes))
 
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value:
+            self.app.push_screen(NodeScreen(str(event.row_key.value)))
+
     def on_fleet_loaded(self, msg: FleetLoaded) -> None:
         t = self.query_one("#grid", DataTable)
         t.clear()
@@ -198,6 +312,7 @@ class FleetTui(App[None]):
         Binding("q", "quit", "quit"),
         Binding("question_mark", "help", "help"),
         Binding("f", "fleet", "fleet"),
+        Binding("n", "node", "node"),
         Binding("a", "ack", "ack"),
         Binding("s", "silence", "silence node"),
         Binding("r", "resolve", "resolve"),
@@ -205,15 +320,16 @@ class FleetTui(App[None]):
         Binding("f5", "refresh", "refresh"),
     ]
 
-    def __init__(self, source: Source, refresh_s: float = 10.0) -> None:
+    def __init__(self, source: Source, refresh_s: float = 10.0, clock: bool = True) -> None:
         super().__init__()
         self.source = source
         self.refresh_s = refresh_s
+        self.clock = clock  # False for reproducible screenshots
         self.rows: list[dict[str, Any]] = []
         self.filter_text = ""
 
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=True)
+        yield Header(show_clock=self.clock)
         yield Input(placeholder="filter: node, rule, category, severity", id="filter")
         yield DataTable(id="alerts", cursor_type="row", zebra_stripes=True)
         yield Static("", id="status")
@@ -277,7 +393,8 @@ class FleetTui(App[None]):
             )
         self.query_one("#status", Static).update(
             f"{len(self.visible())} alerts ({sum(1 for r in self.rows if r['state'] == 'firing')} firing)  "
-            f"source: {self.source.fleet or self.source.db}  updated {time.strftime('%H:%M:%S')}"
+            f"source: {self.source.fleet or (self.source.db.name if self.source.db else '')}"
+            + (f"  updated {time.strftime('%H:%M:%S')}" if self.clock else "")
         )
 
     def selected(self) -> dict[str, Any] | None:
@@ -296,6 +413,11 @@ class FleetTui(App[None]):
 
     def action_fleet(self) -> None:
         self.push_screen(FleetScreen())
+
+    def action_node(self) -> None:
+        r = self.selected()
+        if r is not None:
+            self.push_screen(NodeScreen(r["node"]))
 
     def action_refresh(self) -> None:
         self.load_alerts()
