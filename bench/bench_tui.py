@@ -26,11 +26,17 @@ from fleettool.store import Store  # noqa: E402
 def build(db: Path, gpus: int, alerts: int) -> None:
     rnd = random.Random(3)
     with Store(db) as st:
-        st.con.execute(f"INSERT INTO gpus SELECT 'node-' || lpad((i // 8)::VARCHAR, 5, '0'), (i % 8)::SMALLINT, "
-                       f"'GPU-' || i, NULL, 'NVIDIA H100 80GB HBM3', '550.54.15', NULL, now()::TIMESTAMP, "
-                       f"now()::TIMESTAMP FROM range({gpus}) r(i)")
-        cats = [("thermal", "GpuThermalSlowdown", "inspect-hardware"), ("ecc", "GpuDoubleBitError", "reset-gpu"),
-                ("xid", "GpuXid", "check-workload"), ("pcie", "PcieLinkWidthDegraded", "inspect-hardware")]
+        st.con.execute(
+            f"INSERT INTO gpus SELECT 'node-' || lpad((i // 8)::VARCHAR, 5, '0'), (i % 8)::SMALLINT, "
+            f"'GPU-' || i, NULL, 'NVIDIA H100 80GB HBM3', '550.54.15', NULL, now()::TIMESTAMP, "
+            f"now()::TIMESTAMP FROM range({gpus}) r(i)"
+        )
+        cats = [
+            ("thermal", "GpuThermalSlowdown", "inspect-hardware"),
+            ("ecc", "GpuDoubleBitError", "reset-gpu"),
+            ("xid", "GpuXid", "check-workload"),
+            ("pcie", "PcieLinkWidthDegraded", "inspect-hardware"),
+        ]
         for k in range(alerts):
             i = rnd.randrange(gpus)
             cat, rule, act = rnd.choice(cats)
@@ -38,8 +44,18 @@ def build(db: Path, gpus: int, alerts: int) -> None:
             st.con.execute(
                 "INSERT INTO alerts VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?, now()::TIMESTAMP - INTERVAL 1 HOUR, "
                 "now()::TIMESTAMP, ?, ?, '{}')",
-                [f"a{k:05d}", rule, cat, sev, f"node-{i // 8:05d}", i % 8, act, rnd.choice(["firing", "resolved"]),
-                 f"{rule} on node-{i // 8:05d} gpu {i % 8}", "runbooks/gpu-xid.md"],
+                [
+                    f"a{k:05d}",
+                    rule,
+                    cat,
+                    sev,
+                    f"node-{i // 8:05d}",
+                    i % 8,
+                    act,
+                    rnd.choice(["firing", "resolved"]),
+                    f"{rule} on node-{i // 8:05d} gpu {i % 8}",
+                    "runbooks/gpu-xid.md",
+                ],
             )
 
 
@@ -75,10 +91,15 @@ async def measure(db: Path, alerts: int) -> dict[str, float]:
         fleet_s = time.perf_counter() - t
         nodes = grid.row_count
     base = statistics.median(idle)
-    return {"first_paint_s": round(first_paint, 3), "keypress_p50_ms": round(statistics.median(lat) * 1000, 1),
-            "pilot_noop_key_p50_ms": round(base * 1000, 1),
-            "keypress_minus_noop_p50_ms": round((statistics.median(lat) - base) * 1000, 1),
-            "keypress_max_ms": round(max(lat) * 1000, 1), "fleet_grid_s": round(fleet_s, 3), "fleet_rows": nodes}
+    return {
+        "first_paint_s": round(first_paint, 3),
+        "keypress_p50_ms": round(statistics.median(lat) * 1000, 1),
+        "pilot_noop_key_p50_ms": round(base * 1000, 1),
+        "keypress_minus_noop_p50_ms": round((statistics.median(lat) - base) * 1000, 1),
+        "keypress_max_ms": round(max(lat) * 1000, 1),
+        "fleet_grid_s": round(fleet_s, 3),
+        "fleet_rows": nodes,
+    }
 
 
 def main() -> int:

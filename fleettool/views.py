@@ -121,8 +121,14 @@ def fleet_grid(store: Store) -> list[dict[str, Any]]:
         if gpu is None:
             n = nodes.setdefault(node, {"node": node, "model": None, "gpus": {}, "node_alert": None})
             n["node_alert"] = sev
+    states = {r["node"]: r["state"] for r in store.query("SELECT node, state FROM node_states")}
+    cats: dict[str, set[str]] = {}
+    for a in store.query("SELECT node, category FROM alerts WHERE state = 'firing'"):
+        cats.setdefault(a["node"], set()).add(a["category"])
     out = []
     for n in nodes.values():
+        n["state"] = states.get(n["node"], "healthy")
+        n["categories"] = sorted(cats.get(n["node"], ()))
         sevs = [s for s in [*n["gpus"].values(), n["node_alert"]] if s]
         n["worst"] = min(sevs, key=lambda s: SEV_RANK[s]) if sevs else None
         out.append(n)

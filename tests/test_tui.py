@@ -102,7 +102,7 @@ def test_fleet_grid_filter_and_help(db: Path) -> None:
             grid = app.screen.query_one("#grid", DataTable)
             await _settle(pilot, lambda: grid.row_count == 3)
             first = grid.get_row_at(0)
-            assert first[0] == "gpu-12" and first[2] == "critical"
+            assert first[0] == "gpu-12" and first[3] == "critical"
 
     asyncio.run(go())
 
@@ -195,3 +195,36 @@ def test_real_terminal_under_tmux(db: Path, tmp_path: Path) -> None:
         subprocess.run([tmux, "-S", sock, "send-keys", "q"], check=True)
     finally:
         subprocess.run([tmux, "-S", sock, "kill-server"], capture_output=True)
+
+
+def test_stats_screen_and_fleet_filter(tmp_path: Path) -> None:
+    from textual.widgets import DataTable, Static
+
+    from fleettool.tui.app import FleetScreen, FleetTui, Source, StatsScreen
+
+    db = tmp_path / "s.duckdb"
+    for sc in ("gpu-fell-off-bus", "thermal-throttle", "healthy-power-capped"):
+        assert run_cli("replay", str(SCENARIOS / sc), "--db", str(db), "-q").returncode == 0
+
+    async def go() -> None:
+        app = FleetTui(Source(db=db), refresh_s=60)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await _settle(pilot, lambda: app.query_one("#alerts", DataTable).row_count == 2)
+            await pilot.press("t")
+            await _settle(pilot, lambda: isinstance(app.screen, StatsScreen))
+            scr = app.screen
+            await _settle(pilot, lambda: "fleet" in str(scr.query_one("#stats", Static).render()))
+            text = str(scr.query_one("#stats", Static).render())
+            assert "3 nodes" in text and "gpu-lost" in text and "gpu-21" in text
+            nodes = scr.query_one("#statnodes", DataTable)
+            await _settle(pilot, lambda: nodes.row_count == 3)
+            assert nodes.get_row_at(0)[0] == "gpu-21"  # least available first
+            await pilot.press("escape", "f")
+            await _settle(pilot, lambda: isinstance(app.screen, FleetScreen))
+            grid = app.screen.query_one("#grid", DataTable)
+            await _settle(pilot, lambda: grid.row_count == 3)
+            await pilot.press("slash", *"lost", "enter")  # by the category (gpu-lost) of a firing alert
+            await _settle(pilot, lambda: grid.row_count == 1)
+            assert grid.get_row_at(0)[0] == "gpu-21"
+
+    asyncio.run(go())

@@ -87,7 +87,8 @@ class HelpScreen(ModalScreen[None]):
             "| r | resolve the alert by hand |\n"
             "| f | fleet grid: every node and GPU by worst alert (Enter: the node) |\n"
             "| n | the selected alert's node: GPUs, events, burn-ins, lifecycle (c/b/h move it) |\n"
-            "| / | filter by text (node, rule, category, severity) |\n"
+            "| t | fleet statistics: availability, MTBF, incidents by category, interruptions |\n"
+            "| / | filter by text (node, rule, category, severity); in the fleet grid also SKU and state; o sorts |\n"
             "| F5 | refresh now (also every 10 s) |\n"
             "| Esc | back |\n"
             "| q | quit |\n",
@@ -268,18 +269,104 @@ class NodeScreen(Screen[None]):
         self.load()
 
 
-class FleetScreen(Screen[None]):
+class StatsLoaded(Message):
+    def __init__(self, rep: dict[str, Any]) -> None:
+        super().__init__()
+        self.rep = rep
+
+
+class StatsScreen(Screen[None]):
+    """Fleet statistics: availability, MTBF, incidents by category, the interruption timeline."""
+
     BINDINGS = [Binding("escape", "app.pop_screen", "back")]
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield DataTable(id="grid", zebra_stripes=True)
+        yield Static("loading...", id="stats")
+        yield DataTable(id="statnodes", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#statnodes", DataTable).add_columns(
+            "node", "availability", "interruptions", "down", "MTBF"
+        )
+        self.load()
+
+    @work(thread=True, exclusive=True)
+    def load(self) -> None:
+        from fleettool.stats import report
+
+        app: FleetTui = self.app  # type: ignore[assignment]
+        with app.source.open() as store:
+            rep = report(store)
+        self.post_message(StatsLoaded(rep))
+
+    def on_stats_loaded(self, msg: StatsLoaded) -> None:
+        rep = msg.rep
+        f = rep.get("fleet") or {}
+        tl = rep.get("timeline") or []
+        lines = [
+            f"[b]fleet[/b]: {f.get('nodes', 0)} nodes, availability {f.get('availability', 1):.4%}, "
+            f"{f.get('interruptions', 0)} interruptions, MTBF {f.get('mtbf_s') or '-'} s",
+            f"incidents by category: {f.get('incidents_by_category') or {}}",
+            "interruptions (newest first):",
+        ]
+        for x in sorted(tl, key=lambda x: -x["from"])[:15]:
+            a = time.strftime("%Y-%m-%d %H:%M", time.gmtime(x["from"]))
+            lines.append(f"  {x['node']:16s} {a}Z  {(x['to'] - x['from']) / 60:.0f} min")
+        self.query_one("#stats", Static).update("\n".join(lines))
+        t = self.query_one("#statnodes", DataTable)
+        t.clear()
+        for n in sorted(rep.get("nodes", []), key=lambda n: n["availability"]):
+            t.add_row(
+                n["node"],
+                f"{n['availability']:.4%}",
+                str(n["interruptions"]),
+                f"{n['down_s'] / 60:.0f} min",
+                "-" if n["mtbf_s"] is None else f"{n['mtbf_s'] / 3600:.1f} h",
+            )
+
+
+class FleetScreen(Screen[None]):
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "back"),
+        Binding("slash", "filter", "filter"),
+        Binding("o", "sort", "sort: worst / name"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.nodes: list[dict[str, Any]] = []
+        self.filter_text = ""
+        self.by_name = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Input(placeholder="filter: node, SKU, severity, category, state", id="gridfilter")
+        yield DataTable(id="grid", zebra_stripes=True, cursor_type="row")
         yield Footer()
 
     def on_mount(self) -> None:
         t = self.query_one("#grid", DataTable)
-        t.add_columns("node", "model", "worst", "GPUs (. ok, W warning, C critical)")
+        t.add_columns("node", "model", "state", "worst", "categories", "GPUs (. ok, W warning, C critical)")
+        self.query_one("#gridfilter", Input).display = False
+        t.focus()  # keys go to the grid until / opens the filter
         self.load()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#gridfilter", Input)
+        box.display = True
+        box.focus()
+
+    def action_sort(self) -> None:
+        self.by_name = not self.by_name
+        self.render_grid()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.filter_text = event.value.strip().lower()
+        event.input.display = bool(self.filter_text)
+        self.render_grid()
+        self.query_one("#grid", DataTable).focus()
 
     @work(thread=True, exclusive=True)
     def load(self) -> None:
@@ -295,14 +382,39 @@ class FleetScreen(Screen[None]):
             self.app.push_screen(NodeScreen(str(event.row_key.value)))
 
     def on_fleet_loaded(self, msg: FleetLoaded) -> None:
+        self.nodes = msg.nodes
+        self.render_grid()
+
+    def render_grid(self) -> None:
         t = self.query_one("#grid", DataTable)
         t.clear()
         mark = {"critical": "[bold red]C[/]", "warning": "[yellow]W[/]", "info": "[cyan]i[/]", None: "."}
-        for n in msg.nodes:
+        rows = self.nodes
+        if self.filter_text:
+            f = self.filter_text
+            rows = [
+                n
+                for n in rows
+                if f
+                in " ".join(
+                    [n["node"], n["model"] or "", n["worst"] or "ok", n["state"], *n["categories"]]
+                ).lower()
+            ]
+        if self.by_name:
+            rows = sorted(rows, key=lambda n: n["node"])
+        for n in rows:
             cells = " ".join(
                 mark[n["gpus"][g]] for g in sorted(n["gpus"], key=lambda x: -1 if x is None else x)
             )
-            t.add_row(n["node"], n["model"] or "", n["worst"] or "ok", cells, key=n["node"])
+            t.add_row(
+                n["node"],
+                n["model"] or "",
+                n["state"],
+                n["worst"] or "ok",
+                ",".join(n["categories"]),
+                cells,
+                key=n["node"],
+            )
 
 
 class FleetTui(App[None]):
@@ -313,6 +425,7 @@ class FleetTui(App[None]):
         Binding("question_mark", "help", "help"),
         Binding("f", "fleet", "fleet"),
         Binding("n", "node", "node"),
+        Binding("t", "stats", "statistics"),
         Binding("a", "ack", "ack"),
         Binding("s", "silence", "silence node"),
         Binding("r", "resolve", "resolve"),
@@ -413,6 +526,9 @@ class FleetTui(App[None]):
 
     def action_fleet(self) -> None:
         self.push_screen(FleetScreen())
+
+    def action_stats(self) -> None:
+        self.push_screen(StatsScreen())
 
     def action_node(self) -> None:
         r = self.selected()
