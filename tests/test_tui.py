@@ -228,3 +228,28 @@ def test_stats_screen_and_fleet_filter(tmp_path: Path) -> None:
             assert grid.get_row_at(0)[0] == "gpu-21"
 
     asyncio.run(go())
+
+
+def test_resolve_key_and_grid_sort(tmp_path: Path) -> None:
+    from textual.widgets import DataTable
+
+    from fleettool.tui.app import FleetScreen, FleetTui, Source
+
+    db = tmp_path / "r.duckdb"
+    for sc in ("gpu-fell-off-bus", "healthy-power-capped"):
+        assert run_cli("replay", str(SCENARIOS / sc), "--db", str(db), "-q").returncode == 0
+
+    async def go() -> None:
+        app = FleetTui(Source(db=db), refresh_s=60)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await _settle(pilot, lambda: app.query_one("#alerts", DataTable).row_count == 1)
+            await pilot.press("r")
+            await _settle(pilot, lambda: bool(app.rows) and app.rows[0]["state"] == "resolved")
+            await pilot.press("f")
+            await _settle(pilot, lambda: isinstance(app.screen, FleetScreen))
+            grid = app.screen.query_one("#grid", DataTable)
+            await _settle(pilot, lambda: grid.row_count == 2)
+            await pilot.press("o")  # by name
+            await _settle(pilot, lambda: grid.get_row_at(0)[0] == "gpu-03")
+
+    asyncio.run(go())
