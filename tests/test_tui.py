@@ -161,6 +161,9 @@ def test_screenshot(tmp_path: Path, snap_compare) -> None:  # type: ignore[no-un
 
     async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
         await _settle(pilot, lambda: pilot.app.query_one("#alerts").row_count == 2)
+        # column widths follow the rows on a later refresh: let the layout settle before the picture
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause(0.5)
 
     assert snap_compare(
         FleetTui(Source(db=db), refresh_s=600, clock=False), terminal_size=(140, 20), run_before=settle
