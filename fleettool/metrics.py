@@ -98,6 +98,12 @@ _DEFS = [
     MetricDef("gpu_count", "gauge", "gpus", "GPUs the node sees"),
     MetricDef("gpu_count_expected", "gauge", "gpus", "GPUs the node should have"),
     MetricDef("agent_collector_up", "gauge", "bool", "The collector's last run succeeded (sub=collector=ID)"),
+    MetricDef(
+        "agent_collector_available",
+        "gauge",
+        "bool",
+        "The collector's source exists here (sub=collector=ID); 0 = not deployed / no driver",
+    ),
     MetricDef("agent_collector_hung", "gauge", "bool", "The collector is stuck in a call (sub=collector=ID)"),
     MetricDef(
         "agent_collector_duration_s", "gauge", "seconds", "The collector's last run time (sub=collector=ID)"

@@ -152,6 +152,7 @@ class Agent:
         for cid, runner in self.runners.items():
             res = runner.run(now)
             up, hung = 1.0, 0.0
+            avail = getattr(runner.collector, "reason", None) is None
             if res.status in ("ok", "recovered"):
                 if res.collected is not None:
                     self._add(res.collected)
@@ -161,7 +162,7 @@ class Agent:
                     self._event(now, f"collector {cid} returned after hanging {res.duration_s:.1f}s", cid)
                 avail = getattr(runner.collector, "reason", None) is None
                 if not avail:
-                    up = 0.0
+                    up = 0.0  # not running: no data from it; `available` says it is absent, not failing
             elif res.status == "hung":
                 up, hung = 0.0, 1.0
                 self._event(
@@ -176,6 +177,21 @@ class Agent:
             prev = self._health.get(cid)
             self._health[cid] = (up, hung)
             if health_due or prev != (up, hung):
+                self._add(
+                    Collected(
+                        samples=[
+                            Sample(
+                                now,
+                                self.cfg.node,
+                                None,
+                                None,
+                                "agent_collector_available",
+                                1.0 if avail else 0.0,
+                                f"collector={cid}",
+                            )
+                        ]
+                    )
+                )
                 sub = f"collector={cid}"
                 n = self.cfg.node
                 rows = [
