@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from fleettool.engine.rules import parse_duration
 from fleettool.model import Action, Category, Severity
 
 
@@ -49,13 +50,6 @@ class Judgement:
     repeat: RepeatRule | None = None
 
 
-def _duration(s: str | int | float) -> float:
-    if isinstance(s, (int, float)):
-        return float(s)
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    return float(s[:-1]) * units[s[-1]] if s and s[-1] in units else float(s)
-
-
 @functools.cache
 def catalog() -> dict[int, XidEntry]:
     text = resources.files("fleettool").joinpath("data/xid/catalog.csv").read_text(encoding="utf-8")
@@ -85,8 +79,8 @@ def _repeat(name: str | None) -> RepeatRule | None:
         reason=str(prof["reason"]),
         reboots=prof.get("reboots"),
         incidents=prof.get("incidents"),
-        within_s=_duration(prof["within"]) if "within" in prof else None,
-        gap_s=_duration(prof.get("gap", "10m")),
+        within_s=parse_duration(prof["within"]) if "within" in prof else None,
+        gap_s=parse_duration(prof.get("gap", "10m")),
     )
 
 

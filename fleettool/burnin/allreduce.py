@@ -120,7 +120,8 @@ def run_local(
         return dict(json.load(f))
 
 
-def _size(s: str) -> int:
+def parse_size(s: str) -> int:
+    """'1M', '8G', '65536' -> bytes."""
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     return int(float(s[:-1]) * units[s[-1].upper()]) if s[-1].upper() in units else int(s)
 
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out", default="-")
     a = ap.parse_args(argv)
-    sizes = sizes_between(_size(a.min_size), _size(a.max_size))
+    sizes = sizes_between(parse_size(a.min_size), parse_size(a.max_size))
     local = int(os.environ.get("LOCAL_RANK", "0"))
     out = None if a.out == "-" else a.out
     worker(local, int(os.environ.get("WORLD_SIZE", "1")), a.backend, sizes, a.iters, a.warmup, "env://", out)

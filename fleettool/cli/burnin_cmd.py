@@ -152,12 +152,9 @@ def register(app: typer.Typer) -> None:
         if mode not in ("local", "ssh", "slurm", "k8s"):
             raise die(f"--via {mode!r}: expected local, ssh, slurm or k8s", ExitCode.USAGE)
         secs = parse_duration(duration)
-        units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-        ar_max = (
-            int(float(allreduce_max[:-1]) * units[allreduce_max[-1].upper()])
-            if allreduce_max[-1].upper() in units
-            else int(allreduce_max)
-        )
+        from fleettool.burnin.allreduce import parse_size
+
+        ar_max = parse_size(allreduce_max)
         passthrough = [
             "--backend",
             backend,
