@@ -38,6 +38,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--flush", type=float, default=30)  # the agent's default
     ap.add_argument("--db", type=Path, default=None)
+    ap.add_argument("--rules", action="store_true", help="evaluate the built-in rules after flushes, as the agent does")
     a = ap.parse_args()
     db = a.db or Path(tempfile.mkdtemp()) / "agent.duckdb"
 
@@ -54,7 +55,13 @@ def main() -> None:
         cfg = AgentConfig(
             db=db, node="bench", interval_s=1.0, flush_s=a.flush, duration_s=seconds, quiet=True
         )
-        ag = Agent(cfg, [NvmlCollector(make_source(), "bench")])
+        sched = None
+        if a.rules:
+            from fleettool.engine.incremental import RuleScheduler
+            from fleettool.engine.rules import load_rules
+
+            sched = RuleScheduler(load_rules())
+        ag = Agent(cfg, [NvmlCollector(make_source(), "bench")], scheduler=sched)
         ag.start()  # opening the source (NVML init, or loading the fake's recording) is not the loop's cost
         r0 = resource.getrusage(resource.RUSAGE_SELF)
         w0 = time.monotonic()
@@ -70,6 +77,7 @@ def main() -> None:
         "source": a.source,
         "gpus": a.gpus if a.source == "fake" else None,
         "costs": a.costs,
+        "rules": a.rules,
         "seconds": round(wall, 2),
         "cpu_s": round(cpu, 4),
         "cpu_pct_of_one_core": round(100 * cpu / wall, 3),
