@@ -7,6 +7,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Fuzz tests are deterministic: the same examples on every run and every machine, so the suite cannot be flaky.
+# `HYPOTHESIS_PROFILE=explore pytest tests/test_kmsg.py` searches anew (random, more examples) when hunting bugs.
+settings.register_profile(
+    "ci", derandomize=True, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("explore", max_examples=2000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -22,7 +31,9 @@ def db(tmp_path: Path) -> Path:
 def run_cli(
     *args: str, timeout: float = 120, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("fleettool")
+    # the fleettool of the interpreter running the tests (a venv's), not whichever is first on PATH
+    here = Path(sys.executable).parent / "fleettool"
+    exe = str(here) if here.exists() else shutil.which("fleettool")
     cmd = [exe, *args] if exe else [sys.executable, "-m", "fleettool", *args]
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
