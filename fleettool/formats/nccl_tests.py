@@ -97,6 +97,7 @@ class NcclRun:
     ngpus: int | None = None
     first_line: int = 0
     start_time: str | None = None  # JSON only
+    truncated: bool = False  # the table stopped before its footer (a killed job, a cut log): rows kept, named partial
 
     @property
     def nranks(self) -> int:
