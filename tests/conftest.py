@@ -18,6 +18,10 @@ settings.register_profile("explore", max_examples=2000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The tools this interpreter's environment installed (fleettool, moto_server, ...) come first on PATH, so a test run
+# with a venv's python that was never activated does not pick up the system's copies (moto 5.2 breaks pyarrow's S3).
+os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 FIXTURES = ROOT / "fixtures"
 SCENARIOS = FIXTURES / "scenarios"
 H200 = FIXTURES / "h200-gemm"
