@@ -14,6 +14,7 @@ mean over every row (small sizes included), so `peak_busbw_gbps` is kept beside 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -21,17 +22,49 @@ from typing import Any
 
 from fleettool.formats.errors import ParseIssue
 
-_RE_TAG = re.compile(r"\[\d+(?:,\d+)?\](?:<\w+>)?:?")  # mpirun --tag-output / --output-filename prefixes
-_RE_SRUN = re.compile(r"^\s*\d+:\s")  # srun -l
+_KNOWN_OPS = (
+    "all_reduce",
+    "all_gather",
+    "alltoall",
+    "broadcast",
+    "gather",
+    "hypercube",
+    "reduce_scatter",
+    "reduce",
+    "scatter",
+    "sendrecv",
+)
+_RE_OP = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(_KNOWN_OPS) + r")_perf(?:_mpi)?(?![A-Za-z0-9_])")
+_RE_TAG = re.compile(r"\[\d+(?:,\d+)?\](?:<\w+>)?:?")  # mpirun --tag-output tags, also mid-line (nccl #1453)
+_TS = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
+# One launcher prefix at the start of a line; the named group `key` identifies the rank/task/pod it came from.
+_RE_PREFIX = re.compile(
+    rf"""(?:
+      {_TS}\s+                                                 # ISO, python logging, kubectl --timestamps
+    | \[{_TS}\]:?\s*                                           # [2024-05-01 12:00:00]
+    | [A-Z][a-z]{{2}}\s+\d{{1,2}}\s\d{{2}}:\d{{2}}:\d{{2}}\s+(?P<syslog>[\w.-]+)\s+
+        (?:[\w./-]+(?:\[\d+\])?:\s+)?                          # syslog: host, then an optional tag[pid]:
+    | [A-Z][a-z]{{2}}\s[A-Z][a-z]{{2}}\s+\d{{1,2}}\s\d{{2}}:\d{{2}}:\d{{2}}\s\d{{4}}\s?  # mpirun --timestamp-output
+    | \((?P<sky>[\w.-]+(?:,\s*\w+=[^,()\s]*)+)\)\s*            # SkyPilot (head, rank=0, pid=3808[, ip=...])
+    | (?P<mpi>\[\d+(?:,\d+)?\])(?:<\w+>)?:?\s?                 # mpirun --tag-output [1,0]<stdout>:
+    | (?P<torch>\[(?:default|rank)\d+\]):\s?                   # torchrun --tee: [default0]: / [rank0]:
+    | (?P<pod>\[pod/[^\]\s]+\])\s?                             # kubectl logs --prefix
+    | \s*(?P<srun>\d+):\s                                      # srun --label
+    | (?P<host>(?=[a-z0-9.-]*[-0-9])[a-z0-9][a-z0-9.-]*):\s    # pod or host name: (kubectl -l, pdsh)
+    | (?P<compose>[\w.-]+)\s+\|\s                              # docker compose logs
+    )""",
+    re.X,
+)
 _RE_RANK = re.compile(
     r"Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$"
 )
 _RE_BANNER = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
-_RE_OP = re.compile(r"\b(\w+?)_perf(?:_mpi)?\b")
 _RE_VERSION = re.compile(r"nccl-tests version (\S+)")
 _RE_NCCL_VERSION = re.compile(r"NCCL version (\S+)")
-_RE_AVG = re.compile(r"Avg bus bandwidth\s*:\s*([-+0-9.eE]+|nan|inf)")
-_RE_OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)?")
+_RE_AVG = re.compile(r"Avg bus bandwidth\s*:\s*(\S+)")
+_RE_OOB = re.compile(r"Out of bounds values\s*:\s*(\d{1,18})\s*(OK|FAILED)?")
+_RE_NUM = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_INT64_MAX = (1 << 63) - 1
 
 _DTYPES = {
     "int8",
@@ -97,7 +130,9 @@ class NcclRun:
     ngpus: int | None = None
     first_line: int = 0
     start_time: str | None = None  # JSON only
-    truncated: bool = False  # the table stopped before its footer (a killed job, a cut log): rows kept, named partial
+    truncated: bool = (
+        False  # the table stopped before its footer (a killed job, a cut log): rows kept, named partial
+    )
 
     @property
     def nranks(self) -> int:
@@ -123,35 +158,68 @@ class NcclRun:
         return sum(vals) if vals else None
 
 
-def _num(tok: str) -> float | None:
-    if tok in ("N/A", "n/a", "-", "nan"):
+def _num(tok: str | None) -> float | None:
+    """A finite number written in ASCII, else None (`N/A`, `-`, nan, inf, 1e999, another script's digits)."""
+    if not tok or not _RE_NUM.fullmatch(tok):
         return None
-    try:
-        return float(tok)
-    except ValueError:
+    v = float(tok)
+    return v if math.isfinite(v) else None
+
+
+def _int(tok: str | None) -> int | None:
+    """An ASCII decimal integer that fits a BIGINT, else None."""
+    if not tok:
         return None
+    digits = tok[1:] if tok[0] == "-" else tok
+    if not (digits.isascii() and digits.isdigit()) or len(digits) > 19:
+        return None
+    v = int(tok)
+    return v if -_INT64_MAX <= v <= _INT64_MAX else None
 
 
 def _wrong(tok: str | None) -> int | None:
-    if tok is None:
+    if (
+        tok is None or "e" in tok.lower() or "." in tok
+    ):  # the old `error` column: a max relative error, not a count
         return None
-    v = _num(tok)
-    if v is None:
+    v = _int(tok)
+    return v if v is not None and v >= 0 else None
+
+
+def _known_op(text: str | None) -> str | None:
+    """The collective named in a binary name, a file name or a hint (`all_gather_perf`, `reduce_scatter`)."""
+    if not text:
         return None
-    if "e" in tok.lower() or "." in tok:  # the old `error` column: a max relative error, not a count
-        return None
-    return int(v)
+    if text in _KNOWN_OPS:
+        return text
+    m = _RE_OP.search(text if text.endswith("_perf") else text + "_perf")
+    return m.group(1) if m else None
+
+
+def split_prefix(line: str) -> tuple[str, str]:
+    """(stream key, text): the launcher prefixes at the start of a line stripped, in any order and combination
+    (timestamps, syslog host, SkyPilot, mpirun --tag-output, srun --label, torchrun, kubectl pod prefixes), and
+    mpirun's rank tags removed from the rest of the line. The key names the rank, task or pod the line came from,
+    so interleaved outputs of several processes parse as separate streams."""
+    s = line.rstrip("\r\n")
+    keys: list[str] = []
+    pos = 0
+    for _ in range(8):
+        m = _RE_PREFIX.match(s, pos)
+        if m is None or m.end() == pos:
+            break
+        if m.lastgroup:
+            keys.append(m.group(m.lastgroup))
+        pos = m.end()
+    text = s[pos:]
+    if "[" in text:
+        text = _RE_TAG.sub(" ", text)
+    return "|".join(keys), text
 
 
 def clean_line(line: str) -> str:
-    """Strip launcher prefixes (srun -l, mpirun tags anywhere in the line)."""
-    s = line.rstrip("\r\n")
-    if "[" in s:
-        s = _RE_TAG.sub(" ", s)
-    m = _RE_SRUN.match(s)
-    if m:
-        s = s[m.end() :]
-    return s
+    """The line with its launcher prefixes stripped (see split_prefix)."""
+    return split_prefix(line)[1]
 
 
 class _Header:
@@ -161,9 +229,10 @@ class _Header:
         self.names = names
         self.time_idx = [i for i, n in enumerate(names) if n in ("time", "cputime")]
         self.has_redop = "redop" in names
-        self.has_root = "root" in names
+        self.root_idx = names.index("root") if "root" in names else None
+        self.halves = self._halves()
 
-    def halves(self) -> list[dict[str, int]]:
+    def _halves(self) -> list[dict[str, int]]:
         out = []
         for t in self.time_idx[:2]:
             h: dict[str, int] = {"time": t}
@@ -182,173 +251,214 @@ class _Header:
 
 
 def _is_header(tokens: list[str]) -> bool:
-    return "size" in tokens and "busbw" in tokens and ("time" in tokens or "cputime" in tokens)
+    return tokens[0] == "size" and "busbw" in tokens and ("time" in tokens or "cputime" in tokens)
 
 
 def _row_from_tokens(tokens: list[str], header: _Header | None) -> NcclRow | None:
-    if len(tokens) < 5 or not tokens[0].isdigit():
+    """One table row (ASCII tokens) -> NcclRow, or None when the tokens are not a row."""
+    if len(tokens) < 5:
         return None
-    size = int(tokens[0])
+    size = _int(tokens[0])
+    if size is None or size < 0:
+        return None
     if header is not None and header.time_idx and len(tokens) >= header.time_idx[0] + 3:
-        count = int(tokens[1]) if tokens[1].isdigit() else None
-        dtype = tokens[2] if len(tokens) > 2 else None
+        count = _int(tokens[1])
         redop = tokens[3] if header.has_redop else None
-        root = None
-        if header.has_root:
-            r = tokens[header.names.index("root")]
-            root = int(r) if r.lstrip("-").isdigit() else None
-        row = NcclRow(size, count, dtype, redop, root)
-        for k, h in enumerate(header.halves()):
+        root = _int(tokens[header.root_idx]) if header.root_idx is not None else None
+        if root is not None and not -(1 << 31) <= root < (1 << 31):
+            return None
+        row = NcclRow(size, count, tokens[2], redop, root)
+        for k, h in enumerate(header.halves):
             if h["time"] >= len(tokens):
                 break
             vals = {key: (tokens[i] if i < len(tokens) else None) for key, i in h.items()}
-            t = _num(vals["time"] or "")
-            a = _num(vals.get("algbw") or "")
-            b = _num(vals.get("busbw") or "")
+            t, a, b = _num(vals["time"]), _num(vals.get("algbw")), _num(vals.get("busbw"))
             w = _wrong(vals.get("wrong"))
             if k == 0:
                 row.oop_time_us, row.oop_algbw_gbps, row.oop_busbw_gbps, row.oop_wrong = t, a, b, w
             else:
                 row.ip_time_us, row.ip_algbw_gbps, row.ip_busbw_gbps, row.ip_wrong = t, a, b, w
         return row if row.oop_time_us is not None or row.oop_busbw_gbps is not None else None
-    # no header seen (an excerpt that starts mid-table): infer the columns from the tokens
-    if not tokens[1].isdigit() or tokens[2] not in _DTYPES:
+    # no header seen (an excerpt that starts mid-table): infer the columns from the tokens, strictly
+    count = _int(tokens[1])
+    if count is None or count < 0 or tokens[2] not in _DTYPES:
         return None
     rest = tokens[3:]
     redop = None
     root = None
-    if rest and rest[0].isalpha():
+    if rest and rest[0].isascii() and rest[0].isalpha():
         redop, rest = rest[0], rest[1:]
-    if len(rest) in (5, 9) and rest[0].lstrip("-").isdigit():
+    if len(rest) in (5, 9) and _int(rest[0]) is not None and abs(int(rest[0])) < (1 << 31):
         root, rest = int(rest[0]), rest[1:]
     if len(rest) < 3:
         return None
-    row = NcclRow(size, int(tokens[1]), tokens[2], redop, root)
+    row = NcclRow(size, count, tokens[2], redop, root)
     row.oop_time_us, row.oop_algbw_gbps, row.oop_busbw_gbps = _num(rest[0]), _num(rest[1]), _num(rest[2])
     row.oop_wrong = _wrong(rest[3]) if len(rest) > 3 else None
     if len(rest) >= 7:
         row.ip_time_us, row.ip_algbw_gbps, row.ip_busbw_gbps = _num(rest[4]), _num(rest[5]), _num(rest[6])
         row.ip_wrong = _wrong(rest[7]) if len(rest) > 7 else None
-    return row
+    return row if row.oop_time_us is not None or row.oop_busbw_gbps is not None else None
+
+
+@dataclass
+class _Stream:
+    """Parser state for the lines of one rank/task/pod (one launcher prefix)."""
+
+    cur: NcclRun | None = None
+    header: _Header | None = None
+    pending_op: str | None = None  # from `# Collective test starting: <binary>`
+    pending_version: str | None = None
+
+
+class _TextParser:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.runs: list[NcclRun] = []
+        self.issues: list[ParseIssue] = []
+        self.streams: dict[str, _Stream] = {}
+        self.cmd_op: str | None = None  # the binary of the last command line seen (any stream)
+        self.footers: set[int] = set()  # id() of the runs whose `# Avg bus bandwidth` footer was seen
+
+    def _new_run(self, st: _Stream, lineno: int) -> NcclRun:
+        st.cur = NcclRun(op=st.pending_op or self.cmd_op, first_line=lineno, version=st.pending_version)
+        st.header = None
+        self.runs.append(st.cur)
+        return st.cur
+
+    def _finished(self, run: NcclRun | None) -> bool:
+        return run is None or bool(run.rows) or id(run) in self.footers
+
+    def line(self, lineno: int, raw: str) -> None:
+        key, line = split_prefix(raw)
+        s = line.strip()
+        if not s:
+            return
+        if s.startswith("===") or s.startswith("```"):  # a paste's separator: what follows is another output
+            self.streams.clear()
+            self.cmd_op = None
+            return
+        st = self.streams.get(key)
+        if st is None:
+            st = self.streams[key] = _Stream()
+        body = s.lstrip("#").strip()
+        if not body or "NCCL INFO" in body or "NCCL WARN" in body:
+            return
+        if body.startswith("nccl-tests version"):
+            mv = _RE_VERSION.match(body)
+            st.pending_version = mv.group(1) if mv else None
+            if st.cur is not None and st.cur.rows:
+                st.cur = None
+            return
+        if "_perf" in body:
+            mo = _RE_OP.search(body)
+            if mo is not None:
+                self._op_line(st, body, mo.group(1))
+                return
+        if body.startswith("nThread"):
+            mb = _RE_BANNER.match(body)
+            if mb:
+                cur = self._new_run(st, lineno) if self._finished(st.cur) else st.cur
+                assert cur is not None
+                cur.nthreads, cur.ngpus = int(mb.group(1)), int(mb.group(2))
+                return
+        if body.startswith("Rank"):
+            mr = _RE_RANK.match(body)
+            if mr:
+                self._rank(st, lineno, mr)
+                return
+        if body.startswith("Avg bus bandwidth"):
+            ma = _RE_AVG.match(body)
+            if ma and st.cur is not None:
+                st.cur.avg_busbw_gbps = _num(ma.group(1))
+                self.footers.add(id(st.cur))
+            return
+        if body.startswith("Out of bounds values"):
+            mo2 = _RE_OOB.match(body)
+            if mo2 and st.cur is not None:
+                st.cur.out_of_bounds = int(mo2.group(1))
+            return
+        if body.startswith("NCCL version"):
+            mn = _RE_NCCL_VERSION.match(body)
+            if mn and st.cur is not None:
+                st.cur.nccl_version = mn.group(1)
+            return
+        tokens = body.split()
+        if _is_header(tokens):
+            if st.cur is None or (st.cur.rows and id(st.cur) in self.footers):
+                self._new_run(st, lineno)
+            if st.header is None or st.header.names != tokens:
+                if st.cur is not None and st.cur.rows and st.header is not None:  # a second table
+                    self._new_run(st, lineno)
+                st.header = _Header(tokens)
+            return
+        if not tokens[0].isdigit():  # str.isdigit: any script's digits ("²", "٣") are row-like too
+            return
+        if not s.isascii():
+            self.issues.append(
+                ParseIssue(self.path, lineno, f"non-ASCII text in an nccl-tests row: {s[:80]!r}")
+            )
+            return
+        row = _row_from_tokens(tokens, st.header)
+        if row is None:
+            if len(tokens) >= 5 or (st.header is not None and not s.startswith("#")):
+                self.issues.append(ParseIssue(self.path, lineno, f"not an nccl-tests row: {s[:80]!r}"))
+            return
+        if st.cur is None or id(st.cur) in self.footers:
+            self._new_run(st, lineno)
+        assert st.cur is not None
+        st.cur.rows.append(row)
+
+    def _op_line(self, st: _Stream, body: str, op: str) -> None:
+        if body.startswith("Collective test concluded"):  # the trailer names the binary that ran
+            if st.cur is not None:
+                st.cur.op = op
+            st.cur, st.pending_op, st.pending_version = None, None, None
+            return
+        if body.startswith("Collective test starting"):
+            st.pending_op = op
+        else:  # a command line (echoed by a shell, mpirun, srun, a launcher) or an error naming the binary
+            self.cmd_op = op
+        if st.cur is not None and st.cur.rows:
+            st.cur = None
+        elif st.cur is not None:
+            st.cur.op = op
+
+    def _rank(self, st: _Stream, lineno: int, mr: re.Match[str]) -> None:
+        cur = self._new_run(st, lineno) if self._finished(st.cur) else st.cur
+        assert cur is not None
+        nums = [_int(mr.group(i)) for i in (1, 2, 4)]
+        if any(v is None for v in nums):
+            self.issues.append(ParseIssue(self.path, lineno, f"bad rank line: {mr.group(0)[:80]!r}"))
+            return
+        rank, pid, dev = (int(v) for v in nums)  # type: ignore[arg-type]
+        rk = Rank(rank, pid, mr.group(3), dev, mr.group(5), mr.group(6).strip())
+        if all(r.rank != rk.rank or r.host != rk.host for r in cur.ranks):
+            cur.ranks.append(rk)
+
+    def finish(self, op_hint: str | None) -> list[NcclRun]:
+        out = [r for r in self.runs if r.rows]  # a banner, a footer or a header alone is not a run
+        hint = _known_op(op_hint)
+        for r in out:
+            r.truncated = id(r) not in self.footers
+            if r.op is None:
+                r.op = hint or infer_op(r)
+        return out
 
 
 def parse_nccl_text(
     lines: Iterable[str], *, path: str = "<input>", op_hint: str | None = None
 ) -> tuple[list[NcclRun], list[ParseIssue]]:
-    """nccl-tests stdout -> runs (every row kept) and the lines that looked like rows but were not."""
-    runs: list[NcclRun] = []
-    issues: list[ParseIssue] = []
-    cur: NcclRun | None = None
-    header: _Header | None = None
-    pending_op: str | None = None
-    pending_version: str | None = None
+    """nccl-tests stdout -> runs (every row kept) and the lines that looked like rows but were not.
 
-    def new_run(lineno: int) -> NcclRun:
-        nonlocal cur, header
-        cur = NcclRun(op=pending_op, first_line=lineno, version=pending_version)
-        runs.append(cur)
-        header = None
-        return cur
-
+    The op comes from `# Collective test starting/concluded: <binary>`, else the binary in the last command line
+    (`mpirun ... ./build/all_gather_perf -b 8`), else `op_hint` (the file name), else infer_op. A run is rows
+    under one invocation; a run whose table stops before `# Avg bus bandwidth` is kept with truncated=True.
+    """
+    p = _TextParser(path)
     for lineno, raw in enumerate(lines, 1):
-        line = clean_line(raw)
-        s = line.strip()
-        if not s:
-            continue
-        body = s.lstrip("#").strip()
-        if s.startswith("===") or s.startswith("```"):  # a paste's separator: what follows is another output
-            cur, header, pending_op, pending_version = None, None, None, None
-            continue
-        mv = _RE_VERSION.search(body)
-        if mv:
-            pending_version = mv.group(1)
-            if cur is not None and cur.rows:
-                cur = None
-            continue
-        if "Collective test starting" in body or (
-            "_perf" in body and ("-b" in body or "-e" in body or "./" in body)
-        ):
-            mo = _RE_OP.search(body)
-            if mo and "concluded" not in body:
-                pending_op = mo.group(1)
-                if cur is not None and cur.rows:
-                    cur = None
-                elif cur is not None and cur.op is None:
-                    cur.op = pending_op
-            continue
-        if "Collective test concluded" in body:
-            mo = _RE_OP.search(body)
-            if mo and cur is not None and cur.op is None:
-                cur.op = mo.group(1)
-            cur = None
-            pending_op = None
-            pending_version = None
-            continue
-        mb = _RE_BANNER.search(body)
-        if mb:
-            if cur is None or cur.rows or cur.avg_busbw_gbps is not None:
-                cur = new_run(lineno)
-            cur.nthreads, cur.ngpus = int(mb.group(1)), int(mb.group(2))
-            continue
-        mr = _RE_RANK.search(body)
-        if mr:
-            if cur is None or cur.rows or cur.avg_busbw_gbps is not None:
-                cur = new_run(lineno)
-            rk = Rank(
-                int(mr.group(1)),
-                int(mr.group(2)),
-                mr.group(3),
-                int(mr.group(4)),
-                mr.group(5),
-                mr.group(6).strip(),
-            )
-            if all(r.rank != rk.rank or r.host != rk.host for r in cur.ranks):
-                cur.ranks.append(rk)
-            continue
-        ma = _RE_AVG.search(body)
-        if ma:
-            if cur is not None:
-                cur.avg_busbw_gbps = _num(ma.group(1))
-            continue
-        mo2 = _RE_OOB.search(body)
-        if mo2:
-            if cur is not None:
-                cur.out_of_bounds = int(mo2.group(1))
-            continue
-        mn = _RE_NCCL_VERSION.search(body)
-        if mn and "NCCL INFO" not in body:
-            if cur is not None:
-                cur.nccl_version = mn.group(1)
-            continue
-        if "NCCL INFO" in body or "NCCL WARN" in body:
-            continue
-        tokens = body.split()
-        if not tokens:
-            continue
-        if _is_header(tokens):
-            if cur is None or (cur.rows and cur.avg_busbw_gbps is not None):
-                cur = new_run(lineno)
-            if header is None or header.names != tokens:
-                if cur.rows and header is not None:  # a second table in the same output
-                    cur = new_run(lineno)
-                header = _Header(tokens)
-            continue
-        if s.startswith("#") and not tokens[0].isdigit():
-            continue
-        if tokens and tokens[0].isdigit():
-            row = _row_from_tokens(tokens, header)
-            if row is None:
-                if len(tokens) >= 5:
-                    issues.append(ParseIssue(path, lineno, f"not an nccl-tests row: {s[:80]!r}"))
-                continue
-            if cur is None or cur.avg_busbw_gbps is not None:
-                cur = new_run(lineno)
-            cur.rows.append(row)
-    out = [r for r in runs if r.rows or r.avg_busbw_gbps is not None]
-    for r in out:
-        if r.op is None:
-            r.op = op_hint or infer_op(r)
-    return out, issues
+        p.line(lineno, raw)
+    return p.finish(op_hint), p.issues
 
 
 _ELEM_SIZE = {
