@@ -11,7 +11,7 @@ import datetime as dt
 import subprocess
 from dataclasses import dataclass
 
-from fleettool.burnin.dispatch import validate_node
+from fleettool.burnin.dispatch import ToolMissing, require_tool, validate_node
 from fleettool.store import Store
 
 STATES = ("healthy", "suspect", "cordoned", "in-repair", "burn-in", "rma")
@@ -32,6 +32,12 @@ class TransitionError(ValueError):
     pass
 
 
+__all__ = ["STATES", "TRANSITIONS", "NodeState", "ToolMissing", "TransitionError", "transition"]
+
+# which option asks for each tool (for the message when it is missing)
+OPTION = {"kubectl": "--k8s", "scontrol": "--slurm"}
+
+
 @dataclass(frozen=True)
 class NodeState:
     node: str
@@ -47,6 +53,12 @@ def current(store: Store, node: str) -> NodeState:
         return NodeState(node, "healthy", None, None, None)
     r = rows[0]
     return NodeState(r["node"], r["state"], r["since"], r["who"], r["reason"])
+
+
+def _purpose(argv: list[str], node: str) -> str:
+    """'--slurm to drain gpu-17': the option that asked for a command, and what it does."""
+    verb = next((a.split("=", 1)[1] for a in argv if a.startswith("state=")), argv[1])
+    return f"{OPTION.get(argv[0], argv[0])} to {verb} {node}"
 
 
 def side_effect_argv(node: str, to: str, *, k8s: bool, slurm: bool, reason: str) -> list[list[str]]:
@@ -86,10 +98,18 @@ def transition(
         allowed = ", ".join(sorted(TRANSITIONS[cur.state]))
         raise TransitionError(f"{node} is {cur.state}: it can go to {allowed}, not {to}")
     cmds = side_effect_argv(node, to, k8s=k8s, slurm=slurm, reason=reason)
+    if run:  # every tool present before any runs: a missing scontrol must not leave kubectl's cordon alone
+        for argv in cmds:
+            require_tool(argv[0], f"{_purpose(argv, node)}; nothing was changed")
     done = []
     for argv in cmds:
         if run:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            try:
+                p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+            except subprocess.TimeoutExpired:
+                raise TransitionError(f"{' '.join(argv)} did not finish in 60 s; state left {cur.state}") from None
+            except OSError as e:
+                raise TransitionError(f"{' '.join(argv)}: {e.strerror or e}; state left {cur.state}") from None
             if p.returncode != 0:
                 raise TransitionError(
                     f"{' '.join(argv)} failed ({p.returncode}): {(p.stderr or p.stdout).strip()[:200]}"

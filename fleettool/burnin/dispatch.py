@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 import subprocess
 from typing import Any
 
@@ -21,6 +22,23 @@ _NODE = re.compile(
 
 class DispatchError(RuntimeError):
     pass
+
+
+class ToolMissing(DispatchError):
+    """An external command (ssh, srun, kubectl, scontrol, dcgmi) is not installed: nothing was run."""
+
+    def __init__(self, tool: str, needed_by: str) -> None:
+        super().__init__(f"{tool}: not found on PATH (needed by {needed_by})")
+        self.tool = tool
+        self.needed_by = needed_by
+
+
+def require_tool(tool: str, needed_by: str) -> str:
+    """The path of `tool`, or ToolMissing naming it and what needs it."""
+    found = shutil.which(tool)
+    if found is None:
+        raise ToolMissing(tool, needed_by)
+    return found
 
 
 def validate_node(name: str) -> str:
@@ -113,7 +131,7 @@ def run_argv(argv: list[str], timeout_s: float) -> dict[str, Any]:
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except FileNotFoundError as e:
-        raise DispatchError(f"{argv[0]}: not installed") from e
+        raise ToolMissing(argv[0], "the remote burn-in") from e
     except subprocess.TimeoutExpired as e:
         raise DispatchError(f"{argv[0]} timed out after {timeout_s:g}s") from e
     try:

@@ -15,7 +15,7 @@ from fleettool.cli import (
     replay_cmd,
     rules_cmd,
 )
-from fleettool.cli.exit_codes import EPILOG
+from fleettool.cli.exit_codes import EPILOG, ExitCode
 
 app = typer.Typer(
     name="fleettool",
@@ -38,5 +38,54 @@ fleet_cmd.register_tui(app)
 node_cmd.register(app)
 
 
+def _usage_line(err: Exception) -> str:
+    """A click usage error as one line: the command, what was wrong, where help is."""
+    ctx = getattr(err, "ctx", None)
+    where = ctx.command_path if ctx is not None else "fleettool"
+    sub = where.removeprefix("fleettool").strip()
+    fmt = getattr(err, "format_message", None)
+    msg = " ".join(str(fmt() if fmt else err).split()).rstrip(".")
+    return f"fleettool: {sub + ': ' if sub else ''}{msg} (see '{where} --help')"
+
+
 def main() -> None:
-    app()
+    """Run the command line. Every way out is a documented exit code with at most one line on stderr: usage
+    errors are one line (exit 2), commands `die` with their own line, and an unexpected exception, a bug,
+    prints one line and exits 70 (FLEETTOOL_DEBUG=1 re-raises it for the traceback)."""
+    import os
+    import sys
+
+    import typer.main
+
+    try:
+        from typer._click import exceptions as cx  # typer >= 0.16 vendors click
+    except ImportError:  # pragma: no cover - older typer on click
+        from click import exceptions as cx  # type: ignore[no-redef]
+
+    help_errors = tuple(c for c in (getattr(cx, "NoArgsIsHelpError", None),) if c is not None)
+    debug = os.environ.get("FLEETTOOL_DEBUG", "") not in ("", "0")
+    try:
+        rv = typer.main.get_command(app).main(prog_name="fleettool", standalone_mode=False)
+    except help_errors as e:  # `fleettool` or `fleettool rules` alone: the help, as before
+        e.show()
+        sys.exit(e.exit_code)
+    except cx.UsageError as e:
+        print(_usage_line(e), file=sys.stderr)
+        sys.exit(e.exit_code)
+    except cx.ClickException as e:
+        print(f"fleettool: {' '.join(e.format_message().split())}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        print("fleettool: aborted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # the last line of defence: a bug must not reach the user as a traceback
+        if debug:
+            raise
+        msg = " ".join(str(e).split())[:300]
+        print(
+            f"fleettool: internal error: {type(e).__name__}: {msg} "
+            "(set FLEETTOOL_DEBUG=1 for the traceback; please report it)",
+            file=sys.stderr,
+        )
+        sys.exit(int(ExitCode.INTERNAL))
+    sys.exit(rv if isinstance(rv, int) else 0)

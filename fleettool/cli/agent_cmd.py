@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from fleettool.cli.common import DEFAULT_DB, die, hostname, parse_duration
+from fleettool.cli.common import DEFAULT_DB, die, hostname, open_store, parse_duration
 from fleettool.cli.exit_codes import ExitCode
 
 SourceOpt = Annotated[
     str, typer.Option("--source", help="nvml (live), or fake (recorded H200 data, no GPU needed)")
 ]
-GpusOpt = Annotated[int, typer.Option("--gpus", help="GPUs the fake source pretends to have")]
+GpusOpt = Annotated[int, typer.Option("--gpus", min=1, help="GPUs the fake source pretends to have")]
+COLLECTORS = frozenset({"nvml", "kmsg", "dcgm-exporter"})  # the ids --no-collector accepts
 InjectOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -54,6 +56,15 @@ def _build(
             faults = [parse_injection(s) for s in inject or []]
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--inject") from None
+        for spec, f in zip(inject or [], faults, strict=True):
+            if f.gpu is not None and not 0 <= f.gpu < gpus:
+                raise typer.BadParameter(
+                    f"{spec!r}: there is no GPU {f.gpu} (--gpus {gpus}: GPUs 0 to {gpus - 1})",
+                    param_hint="--inject",
+                )
+        if recording is not None and not recording.is_file():
+            what = "is a directory (give its nvml.om.gz)" if recording.is_dir() else "no such file"
+            raise die(f"{recording}: {what} (--recording)", ExitCode.BAD_INPUT)
         src = FakeSource(gpus=gpus, recording=recording, inject=faults, costs=fake_costs)
     else:
         raise typer.BadParameter(f"unknown source {source!r} (nvml, fake)", param_hint="--source")
@@ -85,7 +96,7 @@ def register(app: typer.Typer) -> None:
         no_collector: Annotated[
             list[str] | None, typer.Option("--no-collector", help="disable a collector by id (repeatable)")
         ] = None,
-        expect_gpus: Annotated[int | None, typer.Option(help="GPUs this node should have")] = None,
+        expect_gpus: Annotated[int | None, typer.Option(min=1, help="GPUs this node should have")] = None,
         kmsg: Annotated[
             str,
             typer.Option(help="kernel log: auto (/dev/kmsg, else journalctl), kmsg, journal, a file, or off"),
@@ -109,7 +120,7 @@ def register(app: typer.Typer) -> None:
         ] = "7d",
         rollup_retention: Annotated[str, typer.Option(help="keep 1-minute rollups this long")] = "400d",
         metrics_port: Annotated[
-            int | None, typer.Option(help="serve Prometheus /metrics on this port")
+            int | None, typer.Option(min=1, max=65535, help="serve Prometheus /metrics on this port")
         ] = None,
         metrics_addr: Annotated[str, typer.Option(help="address for /metrics")] = "0.0.0.0",
         duration: Annotated[
@@ -126,47 +137,76 @@ def register(app: typer.Typer) -> None:
         """
         from fleettool.agent.loop import Agent, AgentConfig
 
+        # Start-up checks everything the run needs and fails at once, in one line, rather than collecting
+        # into nothing: numbers, the database (created, or fleettool's), the fleet location, the port.
         name = node or hostname()
-        ivl = parse_duration(interval)
-        collectors = _build(
-            name, source, gpus, inject, recording, fake_costs, ivl, expect_gpus, kmsg, dcgm_exporter
-        )
-        off = set(no_collector or [])
-        collectors = [c for c in collectors if c.id not in off]
+        ivl = parse_duration(interval, "--interval")
         cfg = AgentConfig(
             db=db,
             node=name,
             interval_s=ivl,
-            flush_s=parse_duration(flush),
-            watchdog_s=parse_duration(watchdog),
-            raw_keep_s=parse_duration(raw_retention),
-            rollup_keep_s=parse_duration(rollup_retention),
-            duration_s=parse_duration(duration) if duration else None,
+            flush_s=parse_duration(flush, "--flush"),
+            watchdog_s=parse_duration(watchdog, "--watchdog"),
+            raw_keep_s=parse_duration(raw_retention, "--raw-retention"),
+            rollup_keep_s=parse_duration(rollup_retention, "--rollup-retention"),
+            duration_s=parse_duration(duration, "--duration") if duration else None,
             quiet=quiet,
             export_to=export_to,
-            export_every_s=parse_duration(export_every),
+            export_every_s=parse_duration(export_every, "--export-every"),
         )
+        off = set(no_collector or [])
+        if off - COLLECTORS:
+            raise typer.BadParameter(
+                f"unknown collector {', '.join(sorted(off - COLLECTORS))} (one of {', '.join(sorted(COLLECTORS))})",
+                param_hint="--no-collector",
+            )
+        collectors = _build(
+            name, source, gpus, inject, recording, fake_costs, ivl, expect_gpus, kmsg, dcgm_exporter
+        )
+        collectors = [c for c in collectors if c.id not in off]
         scheduler = None
         if not no_rules:
+            from fleettool.cli.rules_cmd import _load
             from fleettool.engine.incremental import RuleScheduler
-            from fleettool.engine.rules import RuleError, load_rules
 
-            try:
-                scheduler = RuleScheduler(load_rules(rules))
-            except (RuleError, OSError) as e:
-                raise die(str(e), ExitCode.BAD_INPUT) from None
+            scheduler = RuleScheduler(_load(rules))
         ag = Agent(cfg, collectors, scheduler=scheduler)
-        ag.install_signals()
         if metrics_port is not None:
             from fleettool.export.metrics_server import AgentMetrics, serve
 
-            serve(
-                metrics_port,
-                metrics_addr,
-                AgentMetrics(
-                    name, lambda: dict(ag.latest), lambda: dict(ag.event_counts), lambda: list(ag.open_alerts)
-                ),
-            )
+            try:  # bound now, before the loop: a port in use stops the start, not the 3 a.m. scrape
+                serve(
+                    metrics_port,
+                    metrics_addr,
+                    AgentMetrics(
+                        name,
+                        lambda: dict(ag.latest),
+                        lambda: dict(ag.event_counts),
+                        lambda: list(ag.open_alerts),
+                    ),
+                )
+            except OSError as e:
+                why = (
+                    "is in use (another agent?)"
+                    if e.errno == errno.EADDRINUSE
+                    else f"cannot be bound: {e.strerror or e}"
+                )
+                raise die(
+                    f"{metrics_addr}:{metrics_port} {why} (--metrics-port)", ExitCode.UNAVAILABLE
+                ) from None
+        if export_to:
+            from fleettool.fleet.location import open_location
+
+            try:
+                open_location(export_to)
+            except (OSError, ValueError) as e:
+                why = getattr(e, "strerror", None) or e
+                raise die(
+                    f"{export_to}: cannot use as a fleet location: {why} (--export-to)", ExitCode.STORE_ERROR
+                ) from None
+        with open_store(db, read_only=False):  # creates the store, or refuses a file that is not ours
+            pass
+        ag.install_signals()
         stats = ag.run()
         if not quiet:
             print(
@@ -199,16 +239,23 @@ def register(app: typer.Typer) -> None:
         from fleettool.sources.base import Tier
 
         name = node or hostname()
-        ivl = parse_duration(interval)
+        ivl = parse_duration(interval, "--interval")
+        secs = parse_duration(duration, "--duration")
+        if out.exists() and not out.is_dir():
+            raise die(f"{out}: exists and is not a directory (--out)", ExitCode.BAD_INPUT)
+        try:  # before recording for minutes, not after
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise die(
+                f"{out}: cannot create the directory: {e.strerror or e} (--out)", ExitCode.BAD_INPUT
+            ) from None
         collectors = _build(name, source, gpus, inject, recording, False, ivl, None, kmsg="off")
         if all_tiers_every:
-            every = parse_duration(all_tiers_every)
+            every = parse_duration(all_tiers_every, "--all-tiers-every")
             for c in collectors:
                 c.tier_s = {Tier.FAST: ivl, Tier.MEDIUM: every, Tier.DEAR: every, Tier.STATIC: every}
         writer = RecordingWriter(out, name)
-        cfg = AgentConfig(
-            db=None, node=name, interval_s=ivl, duration_s=parse_duration(duration), quiet=False
-        )
+        cfg = AgentConfig(db=None, node=name, interval_s=ivl, duration_s=secs, quiet=False)
         ag = Agent(cfg, collectors, sink=writer.add)
         ag.install_signals()
         stats = ag.run()

@@ -76,13 +76,14 @@ def _ack(db: Path, alert_id: str, kind: str, for_: str, who: str, reason: str) -
     from fleettool.engine.silences import acknowledge
 
     now = time.time()
-    with open_store(db, read_only=False) as store:
+    until = now + parse_duration(for_, "--for")
+    with open_store(db, read_only=False, create=False) as store:
         try:
             acknowledge(
                 store,
                 alert_id,
                 now=now,
-                until=now + parse_duration(for_),
+                until=until,
                 who=_who(who),
                 reason=reason,
                 kind=kind,
@@ -125,7 +126,7 @@ def resolve(
 def silence_add(
     db: DbOpt = DEFAULT_DB,
     node: Annotated[str | None, typer.Option(help="match this node")] = None,
-    gpu: Annotated[int | None, typer.Option(help="match this GPU index")] = None,
+    gpu: Annotated[int | None, typer.Option(min=0, help="match this GPU index")] = None,
     rule: Annotated[str | None, typer.Option(help="match this rule")] = None,
     category: Annotated[str | None, typer.Option(help="match this category")] = None,
     for_: Annotated[str, typer.Option("--for", help="how long")] = "2h",
@@ -139,12 +140,13 @@ def silence_add(
     from fleettool.engine.silences import add_silence
 
     now = time.time()
+    until = now + parse_duration(for_, "--for")
     with open_store(db, read_only=False) as store:
         try:
             sid = add_silence(
                 store,
                 now=now,
-                until=now + parse_duration(for_),
+                until=until,
                 who=_who(who),
                 reason=reason,
                 node=node,
@@ -185,7 +187,7 @@ def silence_expire(silence_id: Annotated[str, typer.Argument()], db: DbOpt = DEF
     """
     from fleettool.engine.silences import expire_silence
 
-    with open_store(db, read_only=False) as store:
+    with open_store(db, read_only=False, create=False) as store:
         if not expire_silence(store, silence_id, time.time()):
             raise die(f"no silence {silence_id!r}", ExitCode.BAD_INPUT)
 

@@ -11,8 +11,23 @@ from typing import Annotated, Any
 
 import typer
 
-from fleettool.cli.common import DEFAULT_DB, die, hostname, open_store, parse_duration
+from fleettool.cli.common import DEFAULT_DB, die, hostname, need_tool, open_store, parse_duration
 from fleettool.cli.exit_codes import ExitCode
+
+BACKENDS = ("cuda", "cpu")
+TESTS = ("gemm", "hbm", "allreduce", "dcgm")
+DTYPES = ("bf16", "fp16", "tf32", "fp8")
+AR_TOOLS = ("torch", "nccl-tests")
+
+
+def _check_choices(option: str, given: list[str], allowed: tuple[str, ...]) -> list[str]:
+    """The comma list's items, each one of `allowed`, or a usage error naming the option."""
+    items = [g.strip() for g in given if g.strip()]
+    bad = [g for g in items if g not in allowed]
+    if bad or not items:
+        what = f"unknown {', '.join(map(repr, bad))}" if bad else "nothing given"
+        raise typer.BadParameter(f"{what} (one of {', '.join(allowed)})", param_hint=option)
+    return items
 
 
 def _is_local(node: str) -> bool:
@@ -91,6 +106,7 @@ def _print_table(rep: Any, code: int) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def burnin(
+        ctx: typer.Context,
         node: Annotated[str, typer.Option(help="the node to prove (this host runs here; others need --via)")],
         via: Annotated[
             str, typer.Option(help="local, ssh, slurm (srun -w NODE) or k8s (a Job pinned to NODE)")
@@ -105,9 +121,9 @@ def register(app: typer.Typer) -> None:
             str, typer.Option(help="GEMM dtypes: bf16, fp16, tf32, fp8 (fp8 where the GPU has it)")
         ] = "bf16,fp16,tf32,fp8",
         duration: Annotated[str, typer.Option(help="per GEMM dtype and for HBM")] = "30s",
-        gemm_n: Annotated[int, typer.Option(help="GEMM size (n x n x n)")] = 8192,
+        gemm_n: Annotated[int, typer.Option(min=1, help="GEMM size (n x n x n)")] = 8192,
         allreduce_max: Annotated[str, typer.Option(help="largest all-reduce message")] = "8G",
-        dcgm_level: Annotated[int, typer.Option(help="dcgmi diag -r LEVEL")] = 1,
+        dcgm_level: Annotated[int, typer.Option(min=1, max=4, help="dcgmi diag -r LEVEL")] = 1,
         allreduce_tool: Annotated[
             str, typer.Option(help="torch (torch.distributed), or nccl-tests (all_reduce_perf on PATH)")
         ] = "torch",
@@ -151,10 +167,35 @@ def register(app: typer.Typer) -> None:
             )
         if mode not in ("local", "ssh", "slurm", "k8s"):
             raise die(f"--via {mode!r}: expected local, ssh, slurm or k8s", ExitCode.USAGE)
-        secs = parse_duration(duration)
+        secs = parse_duration(duration, "--duration")
+        timeout_s = parse_duration(timeout, "--timeout")
         from fleettool.burnin.allreduce import parse_size
 
-        ar_max = parse_size(allreduce_max)
+        try:
+            ar_max = parse_size(allreduce_max)
+        except (ValueError, IndexError):
+            ar_max = 0
+        if ar_max <= 0:
+            raise typer.BadParameter(
+                f"not a size: {allreduce_max!r} (use e.g. 64M, 8G)", param_hint="--allreduce-max"
+            )
+        _check_choices("--backend", [backend], BACKENDS)
+        wanted = _check_choices("--tests", tests.split(","), TESTS)
+        _check_choices("--dtypes", dtypes.split(","), DTYPES)
+        _check_choices("--allreduce-tool", [allreduce_tool], AR_TOOLS)
+        # the external tools this run needs are there before anything starts (or the node is cordoned)
+        if mode == "ssh":
+            need_tool("ssh", f"--via ssh to reach {node}")
+        elif mode == "slurm":
+            need_tool("srun", f"--via slurm to run on {node}")
+        elif mode == "k8s" and not print_job:
+            need_tool("kubectl", f"--via k8s to run a Job on {node}")
+        elif mode == "local":
+            src = ctx.get_parameter_source("tests")  # asked for by name, not the default "where installed"
+            if "dcgm" in wanted and src is not None and src.name != "DEFAULT":
+                need_tool("dcgmi", "--tests dcgm", "install DCGM or leave dcgm out of --tests")
+            if "allreduce" in wanted and allreduce_tool == "nccl-tests":
+                need_tool("all_reduce_perf", "--allreduce-tool nccl-tests", "build nccl-tests or use torch")
         passthrough = [
             "--backend",
             backend,
@@ -191,7 +232,7 @@ def register(app: typer.Typer) -> None:
                 mode,
                 node,
                 passthrough,
-                parse_duration(timeout),
+                timeout_s,
                 cordon,
                 image,
                 namespace,

@@ -1,9 +1,11 @@
-"""Helpers shared by commands: the default database path, store errors -> exit codes, durations."""
+"""Helpers shared by commands: the default database path, store errors -> exit codes, durations, external
+tools. Every failure leaves through `die`: one line on stderr, `fleettool: <what>: <why>`, and a documented code."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import sys
 from collections.abc import Iterator
@@ -25,36 +27,73 @@ def hostname() -> str:
     return socket.gethostname().split(".")[0]
 
 
+def one_line(text: str) -> str:
+    """A message as one line (a multi-line error from a library must not spill over several)."""
+    return " ".join(str(text).split())
+
+
 def die(msg: str, code: ExitCode) -> typer.Exit:
-    print(f"fleettool: {msg}", file=sys.stderr)
+    print(f"fleettool: {one_line(msg)}", file=sys.stderr)
     return typer.Exit(int(code))
 
 
+def store_exit(err: Exception) -> typer.Exit:
+    """A StoreError as its documented exit: 4 locked, 5 not fleettool's, 6 cannot open or write."""
+    from fleettool.store import StoreCorrupt, StoreLocked
+
+    if isinstance(err, StoreLocked):
+        return die(str(err), ExitCode.STORE_LOCKED)
+    if isinstance(err, StoreCorrupt):
+        return die(str(err), ExitCode.STORE_CORRUPT)
+    return die(str(err), ExitCode.STORE_ERROR)
+
+
 @contextmanager
-def open_store(path: Path, *, read_only: bool) -> Iterator[Store]:
-    from fleettool.store import Store, StoreCorrupt, StoreError, StoreLocked
+def open_store(path: Path, *, read_only: bool, create: bool = True) -> Iterator[Store]:
+    """The store for one command. A reader never creates the file; create=False for a writer that needs an
+    existing store (an ack needs its alert). I/O errors while the command works on it (disk full, the file
+    vanished) are exit 6; any other DuckDB error is a bug and reaches the internal-error handler."""
+    import duckdb
+
+    from fleettool.store import Store, StoreError
 
     try:
-        store = Store(path, read_only=read_only)
-    except StoreLocked as e:
-        raise die(str(e), ExitCode.STORE_LOCKED) from None
-    except StoreCorrupt as e:
-        raise die(str(e), ExitCode.STORE_CORRUPT) from None
+        store = Store(path, read_only=read_only, create=create)
     except StoreError as e:
-        raise die(str(e), ExitCode.STORE_ERROR) from None
+        raise store_exit(e) from None
     try:
         yield store
+    except (duckdb.IOException, duckdb.PermissionException, duckdb.OutOfMemoryException) as e:
+        from fleettool.store.db import _classify
+
+        raise store_exit(_classify(str(path), e)) from None
     finally:
         store.close()
 
 
 _DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+MAX_DURATION_S = 100 * 365 * 86400.0  # past this a timestamp overflows; nobody means it
 
 
-def parse_duration(text: str) -> float:
-    """'10s', '5m', '1.5h', '2d', '30' (seconds) -> seconds."""
+def parse_duration(text: str, option: str | None = None) -> float:
+    """'10s', '5m', '1.5h', '2d', '30' (seconds) -> seconds, more than 0. A bad one is a usage error (exit 2)
+    naming the option."""
+    hint = option
     m = _DUR.match(text)
     if not m:
-        raise typer.BadParameter(f"not a duration: {text!r} (use e.g. 30s, 5m, 2h, 7d)")
+        raise typer.BadParameter(f"not a duration: {text!r} (use e.g. 30s, 5m, 2h, 7d)", param_hint=hint)
     mult = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}[m.group(2)]
-    return float(m.group(1)) * mult
+    secs = float(m.group(1)) * mult
+    if secs <= 0:
+        raise typer.BadParameter(f"{text!r} must be more than 0 (e.g. 1s, 5m)", param_hint=hint)
+    if secs > MAX_DURATION_S:
+        raise typer.BadParameter(f"{text!r} is longer than 100 years", param_hint=hint)
+    return secs
+
+
+def need_tool(tool: str, needed_by: str, fix: str = "install it or leave that option out") -> str:
+    """The path of an external tool, or exit 8 naming it and what needs it, before anything has changed."""
+    found = shutil.which(tool)
+    if found is None:
+        raise die(f"{tool}: not found on PATH (needed by {needed_by}); {fix}", ExitCode.UNAVAILABLE)
+    return found

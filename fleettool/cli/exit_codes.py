@@ -1,4 +1,8 @@
-"""Exit codes, printed in --help. 2 stays click's usage error. A failure is never 0."""
+"""Exit codes, printed in `fleettool --help`: one contract for every command. A failure is never 0.
+
+Every failure prints one line on stderr, `fleettool: <what>: <why>`, naming the file, option, port or tool.
+2 stays click's usage error. 70 is EX_SOFTWARE of sysexits.h: a bug, never an expected outcome.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +11,29 @@ import enum
 
 class ExitCode(enum.IntEnum):
     OK = 0
-    FAILURE = 1  # the command ran and found a failure (burn-in FAIL, alerts with --fail-on)
-    USAGE = 2  # bad command line (click)
-    BAD_INPUT = 3  # unreadable or malformed input (file and line are named on stderr)
+    FAILURE = (
+        1  # the command ran and found a failure (burn-in FAIL, rules check problems, invalid transition)
+    )
+    USAGE = 2  # bad command line: unknown option, a bad number or duration (--limit -1, --interval 0s)
+    BAD_INPUT = 3  # a path that does not exist, an empty directory, nothing recognised, a malformed file
     STORE_LOCKED = 4  # the database is held by another process and did not free up in time
-    STORE_CORRUPT = 5  # the file is not a fleettool database this version can read
-    STORE_ERROR = 6  # any other database error (disk full, permissions)
+    STORE_CORRUPT = 5  # not a fleettool database (a foreign DuckDB, a text file): nothing was changed
+    STORE_ERROR = (
+        6  # the database cannot be opened or written (no such database, missing directory, disk full)
+    )
     NOT_TESTED = 7  # nothing could be tested (no GPU): never a pass
+    UNAVAILABLE = (
+        8  # something the command needs is unavailable (port in use, scontrol/kubectl/ssh/dcgmi missing)
+    )
+    INTERNAL = 70  # a bug in fleettool (one line; FLEETTOOL_DEBUG=1 shows the traceback)
 
 
 EPILOG = (
-    "Exit codes: 0 ok; 1 failure found; 2 usage error; 3 bad input (file:line on stderr); "
-    "4 database locked; 5 database corrupt or not fleettool's; 6 other database error; "
-    "7 nothing could be tested (no GPU)."
+    "Exit codes: 0 ok; 1 failure found; 2 usage error (bad option or number); "
+    "3 bad input (a missing path, an empty directory, nothing recognised, file:line on stderr); "
+    "4 database locked; 5 not a fleettool database (nothing was changed); "
+    "6 database cannot be opened or written (no such database, missing directory); "
+    "7 nothing could be tested (no GPU); "
+    "8 something needed is unavailable (port in use, scontrol/kubectl/ssh/dcgmi not installed); "
+    "70 internal error (a bug: please report it). Every failure is one line on stderr."
 )

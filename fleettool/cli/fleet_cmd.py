@@ -7,15 +7,31 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, hostname, open_store
 from fleettool.cli.exit_codes import ExitCode
 
+if TYPE_CHECKING:
+    from fleettool.store import Store
+
 fleet_app = typer.Typer(help="Fleet-wide views over exported segments.", no_args_is_help=True)
 FleetArg = Annotated[str, typer.Option("--fleet", help="a directory (NFS) or s3://bucket/prefix")]
+
+
+def open_fleet_or_die(fleet: str, **kw: Any) -> Store:
+    """The fleet location as a store for a reader, or exit: 3 when it does not exist or nothing was exported
+    there, 6 when it cannot be read (S3 unreachable, permissions)."""
+    from fleettool.fleet.read import FleetError, check_fleet, open_fleet
+
+    try:
+        return open_fleet(check_fleet(fleet), **kw)
+    except FleetError as e:
+        raise die(str(e), ExitCode.BAD_INPUT) from None
+    except OSError as e:
+        raise die(f"{fleet}: cannot read the fleet location: {e}", ExitCode.STORE_ERROR) from None
 
 
 def register(app: typer.Typer) -> None:
@@ -38,11 +54,14 @@ def register(app: typer.Typer) -> None:
         from fleettool.fleet.location import open_location
         from fleettool.fleet.segments import export
 
-        try:
-            loc = open_location(to)
-        except (OSError, ValueError) as e:
-            raise die(f"{to}: {e}", ExitCode.STORE_ERROR) from None
-        with open_store(db, read_only=False) as store:
+        with open_store(
+            db, read_only=False, create=False
+        ) as store:  # the store first: nothing created for a bad one
+            try:
+                loc = open_location(to)
+            except (OSError, ValueError) as e:
+                why = getattr(e, "strerror", None) or e
+                raise die(f"{to}: cannot use as a fleet location: {why}", ExitCode.STORE_ERROR) from None
             try:
                 rep = export(
                     store, loc, exporter or hostname(), time.time(), include_current_hour=include_current_hour
@@ -81,13 +100,8 @@ def fleet_alerts(
     from fleettool.engine.evaluate import evaluate as run_rules
     from fleettool.engine.evaluate import write_alerts
     from fleettool.engine.rules import load_rules
-    from fleettool.fleet.read import open_fleet
 
-    try:
-        store = open_fleet(fleet, materialize=evaluate, tables=None if evaluate else ("alerts",))
-    except OSError as e:
-        raise die(f"{fleet}: {e}", ExitCode.STORE_ERROR) from None
-    with store:
+    with open_fleet_or_die(fleet, materialize=evaluate, tables=None if evaluate else ("alerts",)) as store:
         if evaluate:
             store.con.execute("DELETE FROM alerts")
             write_alerts(store, run_rules(store, load_rules()))
@@ -115,7 +129,7 @@ def register_tui(app: typer.Typer) -> None:
             Path, typer.Option(help="the agent's database (read-only; acks and silences write)")
         ] = DEFAULT_DB,
         fleet: Annotated[str | None, typer.Option("--fleet", help="a fleet location instead")] = None,
-        refresh: Annotated[float, typer.Option(help="seconds between refreshes")] = 10.0,
+        refresh: Annotated[float, typer.Option(min=0.1, help="seconds between refreshes")] = 10.0,
     ) -> None:
         """The triage dashboard: alerts worst first; Enter opens the evidence (series around the alert, its
         events, NCCL runs, burn-ins) beside its runbook; a acknowledges, s silences the node, r resolves, f
@@ -123,6 +137,12 @@ def register_tui(app: typer.Typer) -> None:
 
         Example: fleettool tui --db /var/lib/fleettool/fleet.duckdb
         """
+        # what the dashboard will read is checked before the screen takes over the terminal
+        if fleet:
+            open_fleet_or_die(fleet, tables=("alerts",)).close()
+        else:
+            with open_store(db, read_only=True):
+                pass
         from fleettool.tui.app import FleetTui, Source
 
         FleetTui(Source(db=db, fleet=fleet), refresh_s=refresh).run()

@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
         Example: fleettool node gpu-17 cordon --by alice -m "XID 79 twice" --slurm
         """
         from fleettool.burnin.dispatch import validate_node
-        from fleettool.lifecycle import TransitionError, audit, current, transition
+        from fleettool.lifecycle import ToolMissing, TransitionError, audit, current, transition
 
         if action not in VERBS:
             raise die(f"unknown action {action!r} (one of {', '.join(VERBS)})", ExitCode.USAGE)
@@ -67,6 +67,8 @@ def register(app: typer.Typer) -> None:
                         k8s=k8s,
                         slurm=slurm,
                     )
+                except ToolMissing as e:
+                    raise die(str(e), ExitCode.UNAVAILABLE) from None
                 except TransitionError as e:
                     raise die(str(e), ExitCode.FAILURE) from None
             st = current(store, name)
@@ -104,9 +106,9 @@ def register(app: typer.Typer) -> None:
         from fleettool.stats import report as make_report
 
         if fleet:
-            from fleettool.fleet.read import open_fleet
+            from fleettool.cli.fleet_cmd import open_fleet_or_die
 
-            with open_fleet(fleet) as store:
+            with open_fleet_or_die(fleet) as store:
                 rep = make_report(store)
         else:
             with open_store(db, read_only=True) as store:

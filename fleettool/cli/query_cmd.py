@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         kind: Annotated[
             str | None, typer.Option(help="only this kind (xid, sxid, fell-off-bus, nvml-error, agent)")
         ] = None,
-        limit: Annotated[int, typer.Option(help="at most this many, newest first")] = 1000,
+        limit: Annotated[int, typer.Option(min=1, help="at most this many, newest first")] = 1000,
     ) -> None:
         """List events (XID lines, NVML errors, agent health changes), newest first.
 

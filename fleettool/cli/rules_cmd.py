@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from fleettool.cli.common import die
+from fleettool.cli.common import DEFAULT_DB, die
 from fleettool.cli.exit_codes import ExitCode
 
 rules_app = typer.Typer(help="Inspect, lint, test and export the alert rules.", no_args_is_help=True)
@@ -22,10 +22,32 @@ RulesOpt = Annotated[
 def _load(paths: list[Path] | None):  # type: ignore[no-untyped-def]
     from fleettool.engine.rules import RuleError, load_rules
 
+    for p in paths or []:
+        if not p.exists():
+            raise die(f"{p}: no such file or directory (--rules)", ExitCode.BAD_INPUT)
     try:
-        return load_rules(paths)
+        rules = load_rules(paths)
+    except UnicodeDecodeError:
+        raise die(f"{_undecodable(paths or [])}: not a text (YAML) file", ExitCode.BAD_INPUT) from None
     except (RuleError, OSError) as e:
         raise die(str(e), ExitCode.BAD_INPUT) from None
+    if paths and not rules:
+        raise die(
+            f"no rules in {', '.join(map(str, paths))} (a rule file is YAML with groups: [{{rules: [...]}}])",
+            ExitCode.BAD_INPUT,
+        )
+    return rules
+
+
+def _undecodable(paths: list[Path]) -> str:
+    """Which of the rule files given is not UTF-8 text (to name it)."""
+    for p in paths:
+        for f in sorted(p.glob("*.y*ml")) if p.is_dir() else [p]:
+            try:
+                f.read_text()
+            except UnicodeDecodeError:
+                return str(f)
+    return ", ".join(map(str, paths))
 
 
 @rules_app.command("list")
@@ -94,14 +116,19 @@ def test(
     from fleettool.engine.ruletest import builtin_test_files, run_test_file
 
     paths = files or builtin_test_files()
+    for p in files or []:
+        if not p.is_file():
+            what = "is a directory (give the test files)" if p.is_dir() else "no such file"
+            raise die(f"{p}: {what}", ExitCode.BAD_INPUT)
     failed = 0
+    unreadable = 0
     total = 0
-    for p in paths:
+    for p in paths:  # one bad file does not stop the others; it is named, and the exit is 3
         try:
             results = run_test_file(p)
-        except (RuleError, OSError, KeyError, ValueError) as e:
-            print(f"{p}: {e}")
-            failed += 1
+        except (RuleError, OSError, KeyError, ValueError, TypeError, AttributeError) as e:
+            print(f"fleettool: {p}: not a rule test file: {' '.join(str(e).split())}", file=sys.stderr)
+            unreadable += 1
             continue
         for r in results:
             total += 1
@@ -110,6 +137,8 @@ def test(
                 print(f"FAIL {p.name} test {r.test} {r.alertname} @ {r.eval_time:g}s: {r.message}")
             elif verbose:
                 print(f"ok   {p.name} test {r.test} {r.alertname} @ {r.eval_time:g}s")
+    if unreadable:
+        raise typer.Exit(int(ExitCode.BAD_INPUT))
     print(f"{total - failed}/{total} rule tests passed", file=sys.stderr)
     if failed:
         raise typer.Exit(int(ExitCode.FAILURE))
@@ -131,7 +160,10 @@ def export(
 
     text, skipped = export_prometheus(_load(rules))
     if out:
-        out.write_text(text)
+        try:
+            out.write_text(text)
+        except OSError as e:
+            raise die(f"{out}: cannot write: {e.strerror or e}", ExitCode.BAD_INPUT) from None
     else:
         sys.stdout.write(text)
     if skipped:
@@ -145,7 +177,7 @@ def register(app: typer.Typer) -> None:
 def register_baselines(app: typer.Typer) -> None:
     @app.command()
     def baselines(
-        db: Annotated[Path, typer.Option(help="DuckDB file")] = Path("fleettool.duckdb"),
+        db: Annotated[Path, typer.Option(help="DuckDB file")] = DEFAULT_DB,
         update: Annotated[bool, typer.Option("--update", help="recompute from the store and save")] = False,
         json_out: Annotated[bool, typer.Option("--json")] = False,
     ) -> None:
@@ -159,7 +191,7 @@ def register_baselines(app: typer.Typer) -> None:
         from fleettool.cli.common import open_store
         from fleettool.engine.baselines import compute, save
 
-        with open_store(db, read_only=not update) as store:
+        with open_store(db, read_only=not update, create=False) as store:
             if update:
                 bs = compute(store)
                 save(store, bs, time.time())

@@ -24,7 +24,9 @@ class Location:
         return "/".join([self.root, *parts]) if self.root else "/".join(parts)
 
 
-def open_location(url: str) -> Location:
+def open_location(url: str, *, create: bool = True) -> Location:
+    """The location named by url. A local directory is created for a writer (create=True); a reader gets
+    FileNotFoundError / NotADirectoryError naming it instead (a typo must not read as an empty fleet)."""
     if url.startswith("s3://"):
         u = urlparse(url)
         endpoint = os.environ.get("FLEETTOOL_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
@@ -42,5 +44,10 @@ def open_location(url: str) -> Location:
         root = (u.netloc + u.path).rstrip("/")
         return Location(fs, root, url)
     path = os.path.abspath(url)
-    os.makedirs(path, exist_ok=True)
+    if create:
+        os.makedirs(path, exist_ok=True)
+    elif not os.path.exists(path):
+        raise FileNotFoundError(f"{url}: no such directory")
+    elif not os.path.isdir(path):
+        raise NotADirectoryError(f"{url}: not a directory (a fleet location is a directory or s3://...)")
     return Location(pafs.LocalFileSystem(), path, url)

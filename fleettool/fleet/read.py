@@ -17,6 +17,30 @@ from fleettool.fleet.segments import SERIES, SNAPSHOTS
 from fleettool.store import Store
 
 
+class FleetError(ValueError):
+    """A fleet location that does not exist, is not a directory, or holds no segments."""
+
+
+def check_fleet(url: str) -> Location:
+    """The location, for a reader: FleetError when it is missing or nothing was exported there (one listing
+    of its top level, however big the fleet). Other OSErrors (S3 unreachable, permissions) pass through."""
+    try:
+        loc = open_location(url, create=False)
+    except (FileNotFoundError, NotADirectoryError) as e:
+        raise FleetError(str(e)) from None
+    tables = set(SERIES) | set(SNAPSHOTS)
+    try:
+        top = loc.fs.get_file_info(pafs.FileSelector(loc.root, allow_not_found=True))
+    except FileNotFoundError:
+        top = []
+    if not any(f.type == pafs.FileType.Directory and f.base_name in tables for f in top):
+        raise FleetError(
+            f"{url}: no fleettool segments there (expected {', '.join(sorted(tables)[:3])}, ... directories; "
+            "agents write them with --export-to, or fleettool export --to)"
+        )
+    return loc
+
+
 def _files(loc: Location, table: str) -> list[str]:
     base = loc.path(table)
     if loc.fs.get_file_info(base).type != pafs.FileType.Directory:
@@ -37,7 +61,7 @@ def _files(loc: Location, table: str) -> list[str]:
 def open_fleet(
     url: str | Location, *, tables: tuple[str, ...] | None = None, materialize: bool = False
 ) -> Store:
-    loc = open_location(url) if isinstance(url, str) else url
+    loc = open_location(url, create=False) if isinstance(url, str) else url
     store = Store(":memory:")
     keep: list[object] = []
     store._fleet_datasets = keep  # type: ignore[attr-defined]  # the Arrow datasets live as long as the store

@@ -18,7 +18,7 @@ import duckdb
 import pyarrow as pa
 
 from fleettool.model import Event, GpuInfo, PodUse, Sample
-from fleettool.store.schema import DDL, SCHEMA_VERSION
+from fleettool.store.schema import CORE_TABLES, DDL, FORMAT, FORMAT_KEY, KNOWN_TABLES, SCHEMA_VERSION
 
 
 class StoreError(RuntimeError):
@@ -33,20 +33,53 @@ class StoreCorrupt(StoreError):
     """The file is not a DuckDB database this version can read."""
 
 
+class NotFleettool(StoreCorrupt):
+    """A file that is not a fleettool store (a text file, another program's DuckDB): it was left untouched."""
+
+
 def _classify(path: str, err: Exception) -> StoreError:
     msg = str(err).splitlines()[0] if str(err) else type(err).__name__
     low = msg.lower()
     if "lock" in low or "conflicting" in low or "resource temporarily unavailable" in low:
         return StoreLocked(f"{path}: database is locked by another process ({msg})")
-    if (
-        "not a valid duckdb" in low
-        or "corrupt" in low
-        or "invalid" in low
-        or "serialization" in low
-        or "magic" in low
-    ):
+    if "not a valid duckdb" in low:
+        return NotFleettool(f"{path}: not a DuckDB database; nothing was changed")
+    if "corrupt" in low or "invalid" in low or "serialization" in low or "magic" in low:
         return StoreCorrupt(f"{path}: not a readable fleettool database ({msg})")
+    if "no such file or directory" in low:
+        return StoreError(f"{path}: cannot create the database: {Path(path).parent} does not exist")
     return StoreError(f"{path}: {msg}")
+
+
+DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of every DuckDB file
+
+
+def precheck(path: str, *, read_only: bool, create: bool = True) -> None:
+    """What the path is, before DuckDB opens it: a reader never creates a file, nobody creates directories,
+    and a file that is not DuckDB's is refused without being opened read-write."""
+    p = Path(path)
+    if p.is_dir():
+        raise NotFleettool(f"{path}: is a directory, not a database file")
+    if not p.exists():
+        if read_only or not create:
+            raise StoreError(f"{path}: no such database")
+        if not p.parent.is_dir():
+            what = "is not a directory" if p.parent.exists() else "does not exist"
+            raise StoreError(
+                f"{path}: cannot create the database: {p.parent} {what} (fleettool does not create directories)"
+            )
+        return
+    try:
+        with p.open("rb") as f:
+            head = f.read(12)
+    except OSError as e:
+        raise StoreError(f"{path}: cannot read: {e.strerror or e}") from None
+    if not head:  # DuckDB refuses an empty file too; say what to do about it
+        raise NotFleettool(
+            f"{path}: an empty file, not a DuckDB database (remove it and fleettool creates a new store)"
+        )
+    if len(head) < 12 or head[8:12] != DUCKDB_MAGIC:
+        raise NotFleettool(f"{path}: not a DuckDB database (a fleettool store is one); nothing was changed")
 
 
 def connect(path: str, *, read_only: bool, wait_s: float = 5.0) -> duckdb.DuckDBPyConnection:
@@ -96,35 +129,89 @@ class Store:
         read_only: bool = False,
         wait_s: float = 5.0,
         migrate: bool = True,
+        create: bool = True,
     ) -> None:
+        """Open a fleettool store. A new or empty file gets the schema; an existing store is upgraded when
+        opened read-write with migrate; any other file is refused (NotFleettool) before anything is written.
+        create=False: a write command that needs an existing store (an ack needs its alert)."""
         self.path = str(path)
         self.read_only = read_only
-        if self.path != ":memory:" and read_only and not Path(self.path).exists():
-            raise StoreError(f"{self.path}: no such database")
+        if self.path != ":memory:":
+            precheck(self.path, read_only=read_only, create=create)
         self.con = connect(self.path, read_only=read_only, wait_s=wait_s)
         try:
-            if not read_only and migrate:
+            kind = self._identify()
+            if not read_only and (migrate or kind != "ours"):
                 self._migrate()
-            else:
-                self._check_schema()
         except duckdb.Error as e:
             self.con.close()
             raise _classify(self.path, e) from e
+        except StoreError:
+            self.con.close()
+            raise
 
     # -- lifecycle ---------------------------------------------------------------------------------------
-    def _migrate(self) -> None:
-        for stmt in DDL:
-            self.con.execute(stmt)
-        self.con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+    def _tables(self) -> list[str]:
+        """Every table and view of the file (schema-qualified outside `main`)."""
+        rows = self.con.execute(
+            """SELECT schema_name, table_name FROM duckdb_tables()
+               WHERE NOT internal AND database_name = current_database() AND NOT temporary
+               UNION SELECT schema_name, view_name FROM duckdb_views()
+               WHERE NOT internal AND database_name = current_database() AND NOT temporary"""
+        ).fetchall()
+        return sorted(t if s == "main" else f"{s}.{t}" for s, t in rows)
 
-    def _check_schema(self) -> None:
+    def _identify(self) -> str:
+        """'new' (no tables), 'ours' (the marker), 'legacy' (a store from before the marker); else raise
+        NotFleettool (or StoreCorrupt for a store newer than this fleettool)."""
+        tables = self._tables()
+        if not tables:
+            if self.read_only:
+                raise NotFleettool(f"{self.path}: not a fleettool database (it has no tables)")
+            return "new"
+        meta: dict[str, str] = {}
+        if "meta" in tables:
+            try:
+                rows = self.con.execute(
+                    "SELECT key::VARCHAR, value::VARCHAR FROM meta WHERE key IN (?, 'schema_version')",
+                    [FORMAT_KEY],
+                ).fetchall()
+                meta = {str(k): str(v) for k, v in rows}
+            except duckdb.Error:  # another program's `meta`, with other columns
+                meta = {}
+        if meta.get(FORMAT_KEY) == FORMAT:
+            kind = "ours"
+        elif "schema_version" in meta and CORE_TABLES <= set(tables) <= KNOWN_TABLES:
+            kind = "legacy"
+        else:
+            shown = ", ".join(tables[:12]) + (f", ... ({len(tables)} in all)" if len(tables) > 12 else "")
+            raise NotFleettool(
+                f"{self.path}: not a fleettool database (it has tables: {shown}); nothing was changed"
+            )
+        version = meta.get("schema_version", "")
+        if not version.isdigit():
+            raise StoreCorrupt(f"{self.path}: fleettool store with an unreadable schema version {version!r}")
+        if int(version) > SCHEMA_VERSION:
+            raise StoreCorrupt(
+                f"{self.path}: schema version {version} is newer than this fleettool's ({SCHEMA_VERSION}); "
+                "upgrade fleettool"
+            )
+        return kind
+
+    def _migrate(self) -> None:
+        """Create or upgrade the schema, and mark the file as fleettool's, in one transaction."""
+        self.con.execute("BEGIN TRANSACTION")
         try:
-            rows = self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
-            row = rows[0] if rows else None
-        except duckdb.CatalogException as e:
-            raise StoreCorrupt(f"{self.path}: not a fleettool database (no meta table)") from e
-        if row is None or int(row[0]) > SCHEMA_VERSION:
-            raise StoreCorrupt(f"{self.path}: schema version {row and row[0]} is newer than this fleettool")
+            for stmt in DDL:
+                self.con.execute(stmt)
+            self.con.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?), (?, ?)",
+                [str(SCHEMA_VERSION), FORMAT_KEY, FORMAT],
+            )
+            self.con.execute("COMMIT")
+        except Exception:
+            self.con.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         self.con.close()

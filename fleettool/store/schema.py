@@ -1,6 +1,14 @@
 """The store's schema. Every table is keyed by node, GPU index, GPU UUID and time (TIMESTAMP = UTC)."""
 
+import re
+
 SCHEMA_VERSION = 4
+
+# The marker that makes a DuckDB file a fleettool store: this row in `meta`. Stores written before the marker
+# existed are recognised by their shape (a `meta` table with a schema_version row, and no table fleettool never
+# made); the first read-write open adds the marker. Any other DuckDB file with tables is refused untouched.
+FORMAT_KEY = "format"
+FORMAT = "fleettool"
 
 DDL = [
     """CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR)""",
@@ -63,3 +71,12 @@ DDL = [
 ]
 
 SAMPLE_COLUMNS = ["ts", "node", "gpu", "uuid", "metric", "sub", "value"]
+
+# every table any version of fleettool has created (a legacy store holds only these)
+KNOWN_TABLES = frozenset(
+    re.search(r"CREATE TABLE IF NOT EXISTS (\w+)", stmt).group(1)  # type: ignore[union-attr]
+    for stmt in DDL
+    if stmt.startswith("CREATE TABLE")
+)
+# what every version had: a store without these is not one of ours whatever its meta table says
+CORE_TABLES = frozenset({"meta", "samples", "events"})
