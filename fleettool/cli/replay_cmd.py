@@ -1,12 +1,18 @@
-"""`fleettool replay DIR` and `fleettool demo`."""
+"""`fleettool replay DIR` and `fleettool demo`: ingest a recording, say what was read, evaluate the rules.
+
+The summary names every file with its reader and what it stored, or why it was skipped, or what a partial
+file kept, and where its times came from. Nothing recognised is exit 3; so is --strict with any skipped or
+partial file (after the rest was read), and any file whose reading failed.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -14,6 +20,69 @@ from fleettool.cli.common import DEFAULT_DB, die, open_store
 from fleettool.cli.exit_codes import ExitCode
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "data" / "demo"
+
+
+def parse_at(text: str) -> float:
+    """--at: unix seconds or milliseconds, or an ISO 8601 date-time (UTC unless it has an offset)."""
+    from fleettool.formats.kmsg import parse_iso
+
+    s = text.strip()
+    try:
+        v = float(s)
+    except ValueError:
+        t = parse_iso(s if "T" in s or " " not in s else s.replace(" ", "T", 1))
+        if t is None and len(s) == 10 and s[4] == "-":
+            t = parse_iso(s + "T00:00:00Z")
+        if t is None:
+            raise typer.BadParameter(
+                f"not a time: {text!r} (use e.g. 2026-12-02T14:40:00Z or unix seconds)"
+            ) from None
+        return t
+    if not math.isfinite(v) or v < 0:
+        raise typer.BadParameter(f"not a time: {text!r}")
+    t = v / 1000.0 if v > 1e11 else v
+    if t > 7258118400:
+        raise typer.BadParameter(f"not a time: {text!r} (after the year 2200)")
+    return t
+
+
+def _line(r: Any) -> str:
+    """One file of the summary."""
+    what = f"[{r.reader}{': ' + r.shape if r.shape and r.shape != r.reader else ''}]"
+    if r.status == "ignored":
+        return f"{r.path} ignored: {r.skipped}"
+    if r.status in ("skipped", "failed"):
+        tag = f"[{r.reader}] " if r.recognised else ""
+        return f"{r.path} {tag}skipped: {r.skipped}"
+    out = f"{r.path} {what} {r.stored()}"
+    if r.issues:
+        out += f", {len(r.issues)} bad lines skipped (first: line {r.issues[0].line})"
+    if r.partial:
+        out += "\n    partial: " + "; ".join(r.partial)
+    if r.time_source:
+        out += f"\n    time: {r.time_source}"
+    for n in r.notes:
+        out += f"\n    note: {n}"
+    return out
+
+
+def _evaluate(store: Any, rules: Any, reports: list[Any], opts: Any) -> list[Any]:
+    """The rules over the recording in its own time. A recording whose events are all boot-relative has no
+    time range, so the engine would see nothing: it is judged at one instant, the newest of the files' times
+    (name, --at or mtime), so an XID 79 in a plain dmesg still raises its alert."""
+    from fleettool.engine.evaluate import data_range, evaluate, evaluate_rule, fold
+
+    if data_range(store) is not None:
+        return evaluate(store, rules)
+    if not store.scalar("SELECT count(*) FROM events WHERE ts IS NULL"):
+        return []
+    from fleettool.recording.reader import file_time
+
+    t = max((file_time(Path(r.path), opts)[0] for r in reports if r.events), default=0.0)
+    findings = []
+    for r in rules:
+        findings.extend(evaluate_rule(store, r, t, t))
+    return fold(findings, t)
 
 
 def _replay(
@@ -24,28 +93,54 @@ def _replay(
     as_json: bool,
     quiet: bool,
     rules_paths: list[Path] | None = None,
+    at: float | None = None,
+    year: int | None = None,
+    max_bytes: int | None = None,
 ) -> None:
-    from fleettool.engine.evaluate import evaluate, write_alerts
+    from fleettool.engine.evaluate import write_alerts
     from fleettool.engine.rules import RuleError, load_rules
-    from fleettool.formats.errors import ParseError
-    from fleettool.recording.reader import IngestOptions, ingest
+    from fleettool.recording.files import MAX_BYTES
+    from fleettool.recording.reader import IngestOptions, ingest, store_files
     from fleettool.report import render_text, summarize
 
     if not src.exists():
         raise die(f"{src}: no such file or directory", ExitCode.BAD_INPUT)
+    try:
+        rules = load_rules(rules_paths)
+    except (RuleError, OSError) as e:
+        raise die(str(e), ExitCode.BAD_INPUT) from None
+    opts = IngestOptions(
+        node=node,
+        strict=strict,
+        quiet=quiet,
+        at=at,
+        year=year,
+        exclude=store_files(db),
+        max_bytes=max_bytes or MAX_BYTES,
+    )
     with open_store(db, read_only=False) as store:
         try:
-            reports = ingest(store, src, IngestOptions(node=node, strict=strict, quiet=quiet))
-        except ParseError as e:
-            raise die(f"{e} (stopped; nothing from this file was stored)", ExitCode.BAD_INPUT) from None
+            reports = ingest(store, src, opts)
         except OSError as e:
             raise die(f"{e}", ExitCode.BAD_INPUT) from None
+        read = [r for r in reports if r.status in ("read", "partial")]
+        seen = [r for r in reports if r.status == "ignored" and r.recognised]
+        failed = [r for r in reports if r.status == "failed"]
+        skipped = [r for r in reports if r.status == "skipped"]
+        partial = [r for r in reports if r.status == "partial"]
+        if not read and not seen and not failed:
+            listed = "; ".join(f"{Path(r.path).name}: {r.skipped}" for r in reports if r.skipped)
+            n = len(reports)
+            if not as_json:
+                for r in reports:
+                    print(_line(r))
+            raise die(
+                f"nothing recognised in {src} ({n} file{'s' if n != 1 else ''} skipped"
+                + (f": {listed})" if listed else ")"),
+                ExitCode.BAD_INPUT,
+            )
         summaries = summarize(store)
-        try:
-            rules = load_rules(rules_paths)
-        except (RuleError, OSError) as e:
-            raise die(str(e), ExitCode.BAD_INPUT) from None
-        incidents = evaluate(store, rules)
+        incidents = _evaluate(store, rules, reports, opts)
         store.begin()
         write_alerts(store, incidents)
         store.commit()
@@ -73,32 +168,68 @@ def _replay(
         }
         json.dump(out, sys.stdout, indent=1, default=str)
         print()
-        return
-    for r in reports:
-        what = (
-            f"{r.rows} samples"
-            + (f", {r.events} events" if r.events else "")
-            + (f", {r.runs} runs" if r.runs else "")
-        )
-        status = (
-            f"skipped: {r.skipped}"
-            if r.skipped
-            else what + (f", {len(r.issues)} bad lines skipped" if r.issues else "")
-        )
-        print(f"{r.path} [{r.format}] {status}")
-    print()
-    print(render_text(summaries))
-    print()
-    if not alerts:
-        print("alerts: none")
     else:
-        print(f"alerts ({len(alerts)}):")
-        for a in alerts:
-            gpu = "-" if a["gpu"] is None else a["gpu"]
-            print(
-                f"  {a['severity']:8s} {a['category']:10s} {a['node']} gpu {gpu}  {a['action']:16s} {a['summary']}"
+        counts = ", ".join(
+            f"{len(x)} {name}"
+            for x, name in (
+                (read, "read"),
+                (partial, "of them partial"),
+                (skipped, "skipped"),
+                (failed, "failed"),
+                ([r for r in reports if r.status == "ignored"], "ignored"),
             )
-            print(f"  {'':8s} runbook: {a['runbook']}")
+            if x
+        )
+        print(f"{src}: {len(reports)} files: {counts}")
+        for r in reports:
+            print(_line(r))
+        boot = sum(r.boot_relative for r in reports)
+        if boot:
+            print(
+                f"\n{boot} kernel events are boot-relative (uptime only, no wall clock in the file): "
+                "stored without a time and judged at the end of the recording"
+            )
+        print()
+        print(render_text(summaries))
+        print()
+        if not alerts:
+            print("alerts: none")
+        else:
+            print(f"alerts ({len(alerts)}):")
+            for a in alerts:
+                gpu = "-" if a["gpu"] is None else a["gpu"]
+                print(
+                    f"  {a['severity']:8s} {a['category']:10s} {a['node']} gpu {gpu}  {a['action']:16s} "
+                    f"{a['summary']}"
+                )
+                print(f"  {'':8s} runbook: {a['runbook']}")
+    if failed and not strict:
+        raise typer.Exit(int(ExitCode.BAD_INPUT))  # each failure was named on stderr as it happened
+    if strict and (failed or skipped or partial):
+        unsaid = [r for r in skipped + partial]
+        if unsaid:
+            why = "; ".join(
+                f"{Path(r.path).name}: {r.skipped or 'partial: ' + '; '.join(r.partial)}" for r in unsaid
+            )
+            raise die(
+                f"--strict: {len(unsaid) + len(failed)} files not fully read ({why})", ExitCode.BAD_INPUT
+            )
+        raise typer.Exit(int(ExitCode.BAD_INPUT))
+
+
+def _max_bytes(text: str | None) -> int | None:
+    if text is None:
+        return None
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    s = text.strip().lower().removesuffix("ib").removesuffix("b")
+    mult = units.get(s[-1:], 1)
+    try:
+        n = int(float(s[:-1] if s[-1:] in units else s) * mult)
+    except ValueError:
+        raise typer.BadParameter(f"not a size: {text!r} (use e.g. 512M, 2G)") from None
+    if n <= 0:
+        raise typer.BadParameter(f"not a size: {text!r}")
+    return n
 
 
 def register(app: typer.Typer) -> None:
@@ -110,8 +241,26 @@ def register(app: typer.Typer) -> None:
         db: Annotated[Path, typer.Option(help="DuckDB file to ingest into")] = DEFAULT_DB,
         node: Annotated[str | None, typer.Option(help="node name for files that do not name one")] = None,
         strict: Annotated[
-            bool, typer.Option(help="stop at the first malformed line (default: skip it)")
+            bool,
+            typer.Option(
+                help="fail (exit 3) when any file is skipped, partial or has a malformed line; "
+                "such a file is not stored, the others are"
+            ),
         ] = False,
+        at: Annotated[
+            str | None,
+            typer.Option(
+                help="the time of files that carry none and whose name gives none (a saved scrape, "
+                "nccl-tests text): ISO 8601 or unix seconds; default: the file's mtime"
+            ),
+        ] = None,
+        year: Annotated[
+            int | None, typer.Option(help="the year of syslog lines (default: the recording's own time)")
+        ] = None,
+        max_file_size: Annotated[
+            str | None,
+            typer.Option(help="refuse a file that decompresses past this size (default 2G)"),
+        ] = None,
         json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="do not list skipped lines")] = False,
         rules: Annotated[
@@ -121,12 +270,18 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Ingest a recording into the store in the recording's own time, and report what it holds.
 
-        Files are identified by content: OpenMetrics / Prometheus text (dcgm-exporter DCGM_FI_* names or
-        fleettool's), kernel logs, nccl-tests output, nvidia-smi dumps. A file already ingested is skipped.
+        Files are identified by content, never by name: OpenMetrics / Prometheus text (dcgm-exporter DCGM_FI_*
+        names or fleettool's), kernel logs (dmesg, dmesg -T, --time-format iso, journalctl short / short-iso /
+        short-precise / -o json, syslog, kern.log, /dev/kmsg records), nccl-tests output, nvidia-smi dumps.
+        Every file is listed with what was stored, or why it was skipped. A file already ingested is not
+        stored twice; the database's own files are never read.
 
         Example: fleettool replay fixtures/scenarios/thermal-throttle --db /tmp/t.duckdb
         """
-        _replay(db, recording, node, strict, json_out, quiet, rules)
+        if year is not None and not 1970 <= year <= 2200:
+            raise typer.BadParameter(f"not a year: {year}", param_hint="--year")
+        t = parse_at(at) if at is not None else None
+        _replay(db, recording, node, strict, json_out, quiet, rules, t, year, _max_bytes(max_file_size))
 
     @app.command()
     def demo(
@@ -139,6 +294,8 @@ def register(app: typer.Typer) -> None:
         Example: fleettool demo
         """
         src = recording or DEMO_DIR
+        if not src.exists():
+            raise die(f"{src}: no such file or directory", ExitCode.BAD_INPUT)
         with tempfile.TemporaryDirectory(prefix="fleettool-demo-") as tmp:
             db = Path(tmp) / "demo.duckdb"
             print(f"fleettool demo: replaying {src} into a temporary store\n")

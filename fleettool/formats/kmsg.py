@@ -118,6 +118,19 @@ _RE_RATE_LIMIT = re.compile(r"Rate limiting GSP RPC error prints for GPU at PCI:
 _RE_ATTR_MIG = re.compile(r"GPU-I:(\d+)(?:\s+GPU-CI:(\d+))?")
 
 
+# wall times outside 1970..2200 and uptimes over 300 years are not times: the line keeps no time
+_TS_MAX = 7258118400.0  # 2200-01-01
+_UPTIME_MAX = 1e10
+
+
+def _finite_time(ts: float | None) -> bool:
+    return ts is not None and 0.0 <= ts < _TS_MAX
+
+
+def _finite_uptime(up: float | None) -> bool:
+    return up is not None and 0.0 <= up < _UPTIME_MAX
+
+
 def _tzoffset(tz: str | None) -> int:
     if not tz or tz == "Z":
         return 0
@@ -127,7 +140,10 @@ def _tzoffset(tz: str | None) -> int:
 
 
 def _frac(s: str | None) -> float:
-    return int(s) / 10 ** len(s) if s else 0.0
+    if not s:
+        return 0.0
+    s = s[:9]  # nanoseconds at most (and int() of thousands of digits is refused)
+    return int(s) / 10 ** len(s)
 
 
 def parse_iso(text: str) -> float | None:
@@ -141,7 +157,8 @@ def parse_iso(text: str) -> float | None:
         base = calendar.timegm((int(y), int(mo), int(d), int(h), int(mi), int(s), 0, 0, 0))
     except (ValueError, OverflowError):
         return None
-    return base + _frac(fr) - _tzoffset(tz)
+    t = base + _frac(fr) - _tzoffset(tz)
+    return t if _finite_time(t) else None
 
 
 class KernelLogParser:
@@ -246,6 +263,10 @@ class KernelLogParser:
     def _uptime(
         self, ts: float | None, up: float | None, host: str | None
     ) -> tuple[float | None, float | None, str | None]:
+        if not _finite_uptime(up):
+            up = None  # "[99999...9.0]": not an uptime any kernel has had
+        if not _finite_time(ts):
+            ts = None
         if up is not None:
             if self._last_uptime is not None and up < self._last_uptime - 1.0 and not self._boot_given:
                 self.boot_time = None  # uptime went back: a new boot, the old offset no longer holds
@@ -254,6 +275,8 @@ class KernelLogParser:
             self.boot_time = ts - up
         elif ts is None and up is not None and self.boot_time is not None:
             ts = self.boot_time + up
+            if not _finite_time(ts):
+                ts = None
         return ts, up, host
 
     def _syslog_time(self, m: re.Match[str]) -> float | None:
@@ -290,20 +313,38 @@ class KernelLogParser:
         line = line.rstrip("\r\n")
         if len(line) > 8192:
             line = line[:8192]
+        return self._line(line, None)
+
+    def feed_message(
+        self, message: str, *, ts: float | None, uptime: float | None, host: str | None
+    ) -> KernelRecord | None:
+        """One kernel message whose time and host came from outside the text (a journal JSON entry, a
+        /dev/kmsg record): the message is read as a bare line, with the given time."""
+        self.lineno += 1
+        if "NVRM" not in message and "SXid" not in message and "Linux version" not in message:
+            return None
+        message = message.rstrip("\r\n")[:8192]
+        ts = ts if _finite_time(ts) else None
+        uptime = uptime if _finite_uptime(uptime) else None
+        return self._line(message, self._uptime(ts, uptime, host))
+
+    def _line(
+        self, line: str, given: tuple[float | None, float | None, str | None] | None
+    ) -> KernelRecord | None:
         i = line.find("NVRM:")
         if i < 0:
             j = line.find("SXid (")
             if j >= 0:
-                return self._sxid(line, j)
+                return self._sxid(line, j, given)
             k = line.find("Linux version ")
             if k >= 0:
-                ts, up, host = self._prefix(line[:k])
+                ts, up, host = given if given is not None else self._prefix(line[:k])
                 self._pending_bus.clear()
                 return KernelRecord(
                     "boot", self.lineno, line, ts, up, host or self.default_host, message=line[k : k + 200]
                 )
             return None
-        ts, up, host = self._prefix(line[:i])
+        ts, up, host = given if given is not None else self._prefix(line[:i])
         host = host or self.default_host
         body = line[i + 5 :].strip()
         if body.startswith("Xid"):
@@ -396,14 +437,16 @@ class KernelLogParser:
             detail["uptime"] = up
         return KernelRecord("xid", self.lineno, raw, ts, up, host, pci, code, msg.strip(), detail=detail)
 
-    def _sxid(self, raw: str, j: int) -> KernelRecord | None:
+    def _sxid(
+        self, raw: str, j: int, given: tuple[float | None, float | None, str | None] | None = None
+    ) -> KernelRecord | None:
         # the device name ("nvidia-nvswitch2:") sits just before "SXid ("
         start = raw.rfind("nvidia-", 0, j)
         seg = raw[start:] if start >= 0 else raw[j:]
         m = _RE_SXID.search(seg) if start >= 0 else None
         if not m:
             return None
-        ts, up, host = self._prefix(raw[: start if start >= 0 else j])
+        ts, up, host = given if given is not None else self._prefix(raw[: start if start >= 0 else j])
         detail: dict[str, object] = {"device": m.group(1)}
         rest = (m.group(4) or "").strip()
         low = rest.lower()
@@ -539,6 +582,48 @@ def parse_kmsg_record(raw: str) -> tuple[int, int, int, str] | None:
         return int(f[0]), int(f[1]), int(f[2]), msg.rstrip("\n")
     except ValueError:
         return None
+
+
+def parse_journal_entry(line: str) -> tuple[str, float | None, float | None, str | None] | None:
+    """One `journalctl -o json` line -> (message, wall time, uptime, host), or None when the line is not a
+    journal entry. MESSAGE may be an array of bytes (journald stores non-UTF-8 text that way); the kernel's
+    own stamp (_SOURCE_MONOTONIC_TIMESTAMP, microseconds since boot) is preferred to journald's."""
+    import json
+
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or "MESSAGE" not in doc:
+        return None
+    msg = doc["MESSAGE"]
+    if isinstance(msg, list):
+        try:
+            msg = bytes(int(b) & 0xFF for b in msg).decode("utf-8", "replace")
+        except (TypeError, ValueError):
+            return None
+    if not isinstance(msg, str):
+        return None
+
+    def micros(key: str) -> float | None:
+        v = doc.get(key)
+        try:
+            t = int(str(v)[:20]) / 1e6 if v is not None else None
+        except ValueError:
+            return None
+        return t
+
+    ts = micros("__REALTIME_TIMESTAMP")
+    up = micros("_SOURCE_MONOTONIC_TIMESTAMP")
+    if up is None:
+        up = micros("__MONOTONIC_TIMESTAMP")
+    host = doc.get("_HOSTNAME")
+    return (
+        msg,
+        ts if _finite_time(ts) else None,
+        up if _finite_uptime(up) else None,
+        host if isinstance(host, str) and host else None,
+    )
 
 
 def record_to_event(rec: KernelRecord, node: str, source: str) -> Event | None:

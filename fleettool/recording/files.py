@@ -1,117 +1,459 @@
-"""Open recording files: .gz read transparently, format identified by content, not by name."""
+"""Open recording files: .gz read transparently and bounded, format identified by content, never by name.
+
+Reads are bounded: a gzip stream may decompress to at most `max_bytes` (2 GiB by default) per file, a whole
+document (JSON, XML) read into memory to at most `DOC_LIMIT`, and a text line is cut at `LINE_LIMIT`. What a
+read had to leave out (a gzip stream cut short, corrupt gzip data, overlong lines) is noted in the active
+`ReadNotes` (see `watch_reads`), so the reader can name the file as partial with what it kept.
+
+`identify` looks at the content only (after gunzip): the first `HEAD` bytes, line by line. It returns the
+format (the key of a reader in recording.reader), and `identify_why` also the shape (e.g. `dmesg -T`) or,
+for a file no reader takes, why.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import json
+import re
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 GZIP_MAGIC = b"\x1f\x8b"
+MAX_BYTES = 2 << 30  # decompressed bytes per file
+DOC_LIMIT = 256 << 20  # a whole document held in memory (nvidia-smi XML, nccl-tests JSON)
+LINE_LIMIT = 1 << 20  # one text line
+HEAD = 64 << 10  # what identification reads
 
 
-def iter_blocks(path: Path, size: int = 1 << 16) -> Iterator[bytes]:
-    """The file's bytes in blocks, gunzipped when the file is gzip (by magic number, not by name)."""
+class InputTooLarge(OSError):
+    """A file that decompresses (or reads) past its bound: refused, never read into memory."""
+
+
+@dataclass
+class ReadNotes:
+    """What the reads of one file had to leave out. Filled by iter_blocks / iter_lines while active."""
+
+    max_bytes: int = MAX_BYTES
+    bytes_out: int = 0
+    truncated: str | None = None  # why the stream ended early (cut gzip, corrupt gzip data)
+    long_lines: int = 0
+    gzip: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+_ACTIVE: contextvars.ContextVar[ReadNotes | None] = contextvars.ContextVar(
+    "fleettool_read_notes", default=None
+)
+
+
+@contextlib.contextmanager
+def watch_reads(max_bytes: int = MAX_BYTES) -> Iterator[ReadNotes]:
+    """Collect ReadNotes for every read of the block (one file's reader) and bound what it decompresses."""
+    notes = ReadNotes(max_bytes=max_bytes)
+    tok = _ACTIVE.set(notes)
+    try:
+        yield notes
+    finally:
+        _ACTIVE.reset(tok)
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}".replace(".0 ", " ")
+    return f"{n} bytes"
+
+
+def iter_blocks(path: Path, size: int = 1 << 16, *, limit: int | None = None) -> Iterator[bytes]:
+    """The file's bytes in blocks, gunzipped when the file is gzip (by magic number, not by name).
+
+    A gzip stream that would decompress past the bound raises InputTooLarge; a stream cut short or corrupt
+    ends the iteration after what could be read, with the reason in the active ReadNotes (if any)."""
+    notes = _ACTIVE.get()
+    cap = limit if limit is not None else (notes.max_bytes if notes is not None else MAX_BYTES)
     with open(path, "rb") as f:
         head = f.read(2)
         f.seek(0)
-        if head == GZIP_MAGIC:
-            d = zlib.decompressobj(31)
-            while True:
-                c = f.read(size)
-                if not c:
-                    break
-                while c:
-                    out = d.decompress(c, 1 << 22)
-                    if out:
-                        yield out
-                    c = d.unconsumed_tail
-                if d.eof and d.unused_data:  # concatenated gzip members (rotated logs are often joined)
-                    rest = d.unused_data
-                    d = zlib.decompressobj(31)
-                    out = d.decompress(rest)
-                    if out:
-                        yield out
-            tail = d.flush()
-            if tail:
-                yield tail
-        else:
+        if head != GZIP_MAGIC:
             while True:
                 c = f.read(size)
                 if not c:
                     break
                 yield c
+            return
+        if notes is not None:
+            notes.gzip = True
+        out_n = 0
+
+        def count(out: bytes) -> bytes:
+            nonlocal out_n
+            out_n += len(out)
+            if notes is not None:
+                notes.bytes_out = out_n
+            if out_n > cap:
+                raise InputTooLarge(
+                    f"{path}: decompresses to more than {_fmt_bytes(cap)} (a gzip bomb?); refused, nothing stored"
+                )
+            return out
+
+        d = zlib.decompressobj(31)
+        in_member = False
+        try:
+            while True:
+                c = f.read(size)
+                if not c:
+                    break
+                while c:
+                    in_member = True
+                    out = d.decompress(c, 1 << 22)
+                    if out:
+                        yield count(out)
+                    c = d.unconsumed_tail
+                    if d.eof:  # a member ended: concatenated members follow (rotated logs are often joined)
+                        rest = d.unused_data
+                        in_member = False
+                        d = zlib.decompressobj(31)
+                        c = rest + c if rest else c
+                        if c[:2] and c[:2] != GZIP_MAGIC[: len(c[:2])]:
+                            if notes is not None and c.strip(b"\0"):
+                                notes.notes.append(
+                                    f"{len(c)} bytes of trailing garbage after the gzip data ignored"
+                                )
+                            c = b""
+                            f.seek(0, 2)
+            if in_member and not d.eof:
+                tail = d.flush()
+                if tail:
+                    yield count(tail)
+                if notes is not None:
+                    notes.truncated = f"gzip stream cut short after {_fmt_bytes(out_n)} of text"
+        except zlib.error as e:
+            if notes is not None:
+                notes.truncated = f"corrupt gzip data after {_fmt_bytes(out_n)} of text ({e})"
 
 
-def read_head(path: Path, n: int = 8192) -> bytes:
-    out = b""
+def read_head(path: Path, n: int = HEAD) -> bytes:
+    """The first n bytes of the file's content (gunzipped). Never raises for a cut or corrupt gzip."""
+    out = bytearray()
+    with watch_reads():  # identification must not leave notes on the file's own read
+        try:
+            for b in iter_blocks(path, limit=1 << 40):
+                out += b
+                if len(out) >= n:
+                    break
+        except zlib.error:
+            pass
+    return bytes(out[:n])
+
+
+def read_text(path: Path, limit: int = DOC_LIMIT) -> str:
+    """The whole content as text, for formats read as one document; refused past `limit` bytes."""
+    parts: list[bytes] = []
+    n = 0
     for b in iter_blocks(path):
-        out += b
-        if len(out) >= n:
-            break
-    return out[:n]
-
-
-def read_text(path: Path) -> str:
-    return b"".join(iter_blocks(path)).decode("utf-8", "replace")
-
-
-def identify(path: Path) -> str:
-    """'openmetrics', 'prometheus', 'kmsg', 'nccl-tests', 'nccl-tests-json', 'nvidia-smi-xml', 'nvidia-smi-text',
-    or 'unknown', from the first 8 KiB."""
-    try:
-        head = read_head(path).decode("utf-8", "replace")
-    except (OSError, zlib.error):
-        return "unknown"
-    stripped = head.lstrip()
-    if stripped.startswith("<?xml") or "<nvidia_smi_log" in head:
-        return "nvidia-smi-xml"
-    if "==============NVSMI LOG==============" in head:
-        return "nvidia-smi-text"
-    if stripped.startswith("{") or stripped.startswith("["):
-        return "nccl-tests-json" if ("busbw" in head or "nccl" in head.lower()) else "unknown"
-    if "out-of-place" in head or "# nThread" in head or "#  Rank" in head or "# Using devices" in head:
-        return "nccl-tests"
-    lines = [ln for ln in head.splitlines()[:200] if ln.strip()]
-    om = sum(1 for ln in lines if ln.startswith(("# TYPE ", "# HELP ", "# EOF")))
-    series = sum(1 for ln in lines if _looks_like_sample(ln))
-    if om or series > len(lines) // 2:
-        return "openmetrics" if "# EOF" in head or _fractional_ts(lines) else "prometheus"
-    if any(("kernel:" in ln or "NVRM:" in ln or "kern" in ln or ln.startswith("[")) for ln in lines):
-        return "kmsg"
-    return "unknown"
-
-
-def _looks_like_sample(line: str) -> bool:
-    if line.startswith("#"):
-        return False
-    name = line.split("{", 1)[0].split(" ", 1)[0]
-    return bool(name) and (
-        name.startswith(("DCGM_", "fleettool_")) or ("{" in line and '="' in line and "}" in line)
-    )
-
-
-def _fractional_ts(lines: list[str]) -> bool:
-    for ln in lines:
-        if ln.startswith("#"):
-            continue
-        parts = ln.rsplit(" ", 2)
-        if len(parts) == 3:
-            try:
-                t = float(parts[2])
-            except ValueError:
-                return False
-            return t < 1e11
-    return False
+        n += len(b)
+        if n > limit:
+            raise InputTooLarge(f"{path}: more than {_fmt_bytes(limit)} for a single document; refused")
+        parts.append(b)
+    return b"".join(parts).decode("utf-8", "replace")
 
 
 def iter_lines(path: Path) -> Iterator[str]:
-    """The file's text lines (gunzipped by magic), decoded leniently: a bad byte never stops a log."""
+    """The file's text lines (gunzipped by magic), decoded leniently: a bad byte never stops a log.
+    A line longer than LINE_LIMIT is cut there (the rest of it dropped, and counted in the ReadNotes)."""
+    notes = _ACTIVE.get()
     rest = b""
+    dropping = False
     for block in iter_blocks(path, 1 << 20):
-        data = rest + block
+        data = rest + block if rest else block
         lines = data.split(b"\n")
         rest = lines.pop()
         for ln in lines:
+            if dropping:  # the tail of an overlong line
+                dropping = False
+                continue
             yield ln.decode("utf-8", "replace")
-    if rest:
+        if len(rest) > LINE_LIMIT:
+            if not dropping:
+                yield rest[:LINE_LIMIT].decode("utf-8", "replace")
+                if notes is not None:
+                    notes.long_lines += 1
+            dropping = True
+            rest = b""
+    if rest and not dropping:
         yield rest.decode("utf-8", "replace")
+
+
+# -- identification -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Identity:
+    """What a file is: the reader's format key, the shape within it, or (format 'unknown') why not."""
+
+    format: str
+    shape: str = ""
+    why: str = ""
+
+
+_MONTH = r"(?:[^\W\d_]{3,9}\.?|\d{1,2}[月월])"
+_KSHAPES: list[tuple[str, re.Pattern[str]]] = [
+    ("dmesg", re.compile(r"^\s*\[\s*\d{1,12}\.\d{1,9}\]")),
+    (
+        "dmesg -T",
+        re.compile(r"^\s*\[\s*[^\W\d_]{2,4}\.?\s+[^\W\d_]{3,5}\.?\s+\d{1,2}\s+\d\d:\d\d:\d\d\s+\d{4}\s*\]"),
+    ),
+    (
+        "dmesg --time-format iso",
+        re.compile(
+            r"^(?:[a-z]+\s*:\s*[a-z]+\s*:\s*)?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d+(?:Z|[+-]\d\d:?\d\d)\s"
+        ),
+    ),
+    ("dmesg --decode", re.compile(r"^[a-z]+\s*:\s*[a-z]+\s*:\s*\[")),
+    (
+        "journalctl short-precise",
+        re.compile(rf"^{_MONTH}\s+\d{{1,2}}\s+\d\d:\d\d:\d\d\.\d+\s+\S+\s+[^\s:]+:"),
+    ),
+    ("syslog / journalctl short", re.compile(rf"^{_MONTH}\s+\d{{1,2}}\s+\d\d:\d\d:\d\d\s+\S+\s+[^\s:]+:")),
+    (
+        "syslog / journalctl short-iso",
+        re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+\S+\s+[^\s:]+:"),
+    ),
+    ("Talos dmesg", re.compile(r"^\S+:\s+kern:\s*\w+:\s*\[")),
+    (
+        "kernel lines",
+        re.compile(r"^\s*(?:kernel:\s*)?(?:\[\s*\d+\.\d+\]\s*)?(?:NVRM:|nvidia-nvswitch\d*: SXid)"),
+    ),
+]
+_RE_KMSG_RAW = re.compile(r"^\d{1,3},\d+,\d+,[^;,]*(?:,[^;]*)?;")
+_RE_KMSG_CONT = re.compile(r"^ [A-Z_]+=")
+_RE_JOURNAL_SEP = re.compile(r"^-- .* --$")
+_RE_GPU_KERNEL = re.compile(r"NVRM: (?:Xid \(|GPU at PCI|The NVIDIA GPU )|SXid \(PCI:")
+
+_RE_EXPO_SAMPLE = re.compile(
+    r"^[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?\s+[-+]?(?:[0-9.eE+-]+|NaN|[+-]?Inf)(?:\s+-?[0-9.eE+-]+)?\s*$"
+)
+_RE_EXPO_COMMENT = re.compile(r"^# (?:TYPE|HELP|UNIT) [a-zA-Z_:][a-zA-Z0-9_:]*|^# EOF\s*$")
+
+_DTYPES = (
+    "float|half|bfloat16|double|int8|uint8|int32|uint32|int64|uint64|f8e4m3|f8e5m2|fp8_e4m3|fp8_e5m2"
+    "|int|char|float16|float32|float64|bf16"
+)
+_NCCL_PATTERNS = [
+    re.compile(r"#\s*nThread\s+\d+\s+nGpus\s+\d+"),
+    re.compile(r"#\s*Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+\S+\s+device\s+\d+"),
+    re.compile(r"#\s*size\s+count\s+type\b"),
+    re.compile(r"#\s*Avg bus bandwidth\s*:"),
+    re.compile(r"#\s*Out of bounds values\s*:"),
+    re.compile(r"#\s*\(B\)\s+\(elements\)"),
+    re.compile(rf"(?:^|[\s:>\]])\d+\s+\d+\s+(?:{_DTYPES})\s+(?:\S+\s+){{0,2}}[\d.]+\s+[\d.]+\s+[\d.]+"),
+]
+_RE_NCCL_ROW = _NCCL_PATTERNS[-1]
+_RE_NCCL_NOISE = re.compile(r"NCCL (?:INFO|WARN)|#\s*Using devices|#\s*nccl-tests|_perf\b|^#\s*$")
+
+_RE_MD = re.compile(r"^(?:#{1,6}\s+[A-Z`*\[]|```|\|.*\|\s*$|\s*[-*]\s+\S|\s*\d+\.\s+[A-Z`*])")
+_RE_WORD = re.compile(r"[^\W\d_]{2,}")
+
+
+def _is_prose(line: str) -> bool:
+    """A sentence: mostly words, not numbers or key=value fields."""
+    toks = line.split()
+    if len(toks) < 7:
+        return False
+    words = sum(1 for t in toks if _RE_WORD.fullmatch(t.strip(".,;:()!?'\"`*")))
+    return words >= 0.6 * len(toks)
+
+
+def _text_like(head: bytes) -> bool:
+    if not head:
+        return True
+    if b"\0" in head[:4096]:
+        return False
+    sample = head[:4096]
+    bad = sum(1 for b in sample if b < 9 or 13 < b < 32)
+    return bad <= len(sample) // 100
+
+
+def identify(path: Path) -> str:
+    """'openmetrics', 'prometheus', 'kmsg', 'kmsg-journal-json', 'kmsg-raw', 'nccl-tests', 'nccl-tests-json',
+    'nvidia-smi-xml', 'nvidia-smi-text', 'duckdb', or 'unknown', from the content (gunzipped)."""
+    return identify_why(path).format
+
+
+def identify_why(path: Path) -> Identity:
+    """The file's format from its content, with the shape (kernel log: which one) or why no reader takes it."""
+    try:
+        raw = read_head(path)
+    except OSError as e:
+        return Identity("unknown", why=f"cannot read it ({e.strerror or e})")
+    return identify_bytes(raw)
+
+
+def identify_bytes(raw: bytes) -> Identity:
+    """identify() over the first bytes of a file's content."""
+    if raw[:2] == GZIP_MAGIC:
+        return Identity("unknown", why="gzip data that does not decompress")
+    if len(raw) >= 12 and raw[8:12] == b"DUCK":
+        return Identity("duckdb", why="a DuckDB database, not a recording")
+    if not raw.strip():
+        return Identity("unknown", why="empty file" if not raw else "only whitespace")
+    if not _text_like(raw):
+        return Identity("unknown", why="binary data, not text")
+    head = raw.decode("utf-8", "replace")
+    if len(raw) == HEAD:  # the last line may be cut: leave it out
+        head = head[: head.rfind("\n") + 1] or head
+    stripped = head.lstrip("\ufeff \t\r\n")
+    if "<nvidia_smi_log" in head:
+        return Identity("nvidia-smi-xml", "nvidia-smi -q -x")
+    if stripped.startswith("<"):
+        return Identity("unknown", why="XML/HTML, but not nvidia-smi -q -x (no <nvidia_smi_log>)")
+    if "==============NVSMI LOG==============" in head:
+        return Identity("nvidia-smi-text", "nvidia-smi -q")
+    if re.search(r"^\|\s*NVIDIA-SMI \d", head, re.M):
+        return Identity("unknown", why="nvidia-smi's table view (save nvidia-smi -q or -q -x instead)")
+    if stripped.startswith("{"):
+        hit = _identify_json(stripped)
+        if hit is not None:
+            return hit
+    lines = [ln.rstrip("\r") for ln in head.splitlines() if ln.strip()][:400]
+    if stripped.startswith("[") and not any(rx.match(lines[0]) for _, rx in _KSHAPES[:2]):
+        try:
+            json.loads(head)
+            return Identity("unknown", why="a JSON array, not nccl-tests -J nor journalctl -o json")
+        except ValueError:
+            pass
+    ident = _identify_lines(lines)
+    if ident.format == "metrics":
+        fmt = refine_metrics(head)
+        return Identity(fmt, "OpenMetrics" if fmt == "openmetrics" else "Prometheus text exposition")
+    return ident
+
+
+def _identify_json(text: str) -> Identity | None:
+    first = text.split("\n", 1)[0].strip()
+    try:
+        doc = json.loads(first)
+    except ValueError:
+        doc = None
+    if (
+        isinstance(doc, dict)
+        and "MESSAGE" in doc
+        and ("__REALTIME_TIMESTAMP" in doc or "_TRANSPORT" in doc or "__CURSOR" in doc)
+    ):
+        return Identity("kmsg-journal-json", "journalctl -o json")
+    keys = set(re.findall(r'"([A-Za-z_]+)"\s*:', text[:HEAD]))
+    if ("results" in keys or "nccl_version" in keys) and (
+        {"busbw", "algbw", "config", "nccl_version", "devices"} & keys
+    ):
+        return Identity("nccl-tests-json", "nccl-tests -J")
+    return Identity("unknown", why="JSON, but neither nccl-tests -J nor journalctl -o json")
+
+
+def _identify_lines(lines: list[str]) -> Identity:
+    n = len(lines)
+    shapes: dict[str, int] = {}
+    kernel = raw_kmsg = expo = expo_comments = nccl_struct = nccl_noise = markdown = prose = gpu_kernel = 0
+    nccl_kinds: set[int] = set()
+    for ln in lines:
+        if _RE_GPU_KERNEL.search(ln):
+            gpu_kernel += 1
+        if _RE_KMSG_RAW.match(ln) or _RE_KMSG_CONT.match(ln):
+            raw_kmsg += 1
+            continue
+        hit = False
+        for name, rx in _KSHAPES:
+            if rx.match(ln):
+                shapes[name] = shapes.get(name, 0) + 1
+                kernel += 1
+                hit = True
+                break
+        if hit:
+            continue
+        if _RE_JOURNAL_SEP.match(ln) or (ln[:1].isspace() and "NVRM:" in ln):
+            kernel += 1  # journal boot separators, continuation lines of a multi-line kernel message
+            continue
+        if _RE_EXPO_COMMENT.match(ln):
+            expo_comments += 1
+            continue
+        if _RE_EXPO_SAMPLE.match(ln):
+            expo += 1
+            continue
+        nk = [i for i, rx in enumerate(_NCCL_PATTERNS) if rx.search(ln)]
+        if nk:
+            nccl_struct += 1
+            nccl_kinds.update(nk)
+            continue
+        if _RE_NCCL_NOISE.search(ln):
+            nccl_noise += 1
+            continue
+        if _RE_MD.match(ln):
+            markdown += 1
+        elif _is_prose(ln):
+            prose += 1
+    doc = markdown + prose
+    if raw_kmsg >= max(1, n // 2):
+        return Identity("kmsg-raw", "/dev/kmsg records")
+    if kernel >= max(1, n // 2) or (gpu_kernel and kernel >= n // 4 and doc < n // 4):
+        shape = max(shapes, key=lambda k: shapes[k]) if shapes else "kernel lines"
+        return Identity("kmsg", shape)
+    if (expo + expo_comments) >= max(1, (n + 1) // 2) and expo:
+        return Identity("metrics", "exposition")  # refined by the caller of _identify_lines
+    row = len(_NCCL_PATTERNS) - 1
+    structural = {0, 1, 2, 3}
+    if (
+        (nccl_kinds & structural or row in nccl_kinds)
+        and nccl_struct >= 2
+        and nccl_struct + nccl_noise >= max(2, (n * 3) // 10)
+        and doc * 2 < n
+    ):
+        return Identity("nccl-tests", "nccl-tests stdout")
+    if doc >= max(1, n // 4):
+        kind = "Markdown" if markdown else "prose"
+        return Identity("unknown", why=f"documentation ({kind}), not a recording")
+    if gpu_kernel:
+        return Identity(
+            "unknown",
+            why=f"mentions {gpu_kernel} NVRM lines but is not a kernel log ({n - kernel} other lines)",
+        )
+    first = lines[0][:60] if lines else ""
+    return Identity("unknown", why=f"not a format fleettool reads (first line: {first!r})")
+
+
+def refine_metrics(head: str) -> str:
+    """'openmetrics' when the exposition ends in `# EOF` or its timestamps are seconds, else 'prometheus'."""
+    if "# EOF" in head:
+        return "openmetrics"
+    for ln in head.splitlines():
+        if not ln or ln.startswith("#"):
+            continue
+        ts = sample_timestamp(ln)
+        if ts is not None:
+            return "openmetrics" if ts < 1e11 else "prometheus"
+    return "prometheus"
+
+
+def sample_timestamp(line: str) -> float | None:
+    """The timestamp of one exposition sample line, or None when it has none."""
+    brace = line.rfind("}")
+    rest = line[brace + 1 :].split() if brace >= 0 else line.split()[1:]
+    if len(rest) != 2:
+        return None
+    try:
+        return float(rest[1])
+    except ValueError:
+        return None
+
+
+def exposition_timestamps(path: Path) -> tuple[int, int]:
+    """(sample lines with a timestamp, sample lines without) in the first HEAD bytes of an exposition."""
+    head = read_head(path).decode("utf-8", "replace")
+    with_ts = without = 0
+    for ln in head.splitlines():
+        if not ln or ln.startswith("#") or not _RE_EXPO_SAMPLE.match(ln):
+            continue
+        if sample_timestamp(ln) is None:
+            without += 1
+        else:
+            with_ts += 1
+    return with_ts, without

@@ -1,19 +1,37 @@
-"""The reader for each recording format, registered with recording.reader."""
+"""The reader for each recording format, registered with recording.reader.
+
+Each reader stores what its file holds and fills the FileReport: counts, the time source, and what a partial
+file kept. Times the file does not carry come from recording.reader.file_time (name, --at, mtime), never from
+the clock of the machine replaying.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
+import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from fleettool.formats.kmsg import KernelRecord
+from fleettool.model import Event
+from fleettool.recording.files import exposition_timestamps, iter_lines, read_text
 from fleettool.recording.ingest_metrics import iter_metric_tables
-from fleettool.recording.reader import FileReport, IngestOptions, register
+from fleettool.recording.reader import FileReport, IngestOptions, XmlRefused, file_time, register
 from fleettool.store import Store
 
 
+# -- OpenMetrics / Prometheus ------------------------------------------------------------------------------
 def _metrics(store: Store, path: Path, opts: IngestOptions, rep: FileReport, millis: bool | None) -> None:
+    with_ts, without = exposition_timestamps(path)
     default_ts = None
-    stem = path.name.split(".")[0]
-    if stem.isdigit() and len(stem) >= 12:  # <unix-ms>.prom: one scrape without sample timestamps
-        default_ts = int(stem) / 1000.0
+    if without:  # a scrape saved as is (curl node:9400/metrics > gpu-17.prom) carries no sample timestamps
+        default_ts, src = file_time(path, opts)
+        rep.time_source = (
+            f"no sample timestamps: {src}" if not with_ts else f"sample timestamps; lines without one: {src}"
+        )
+    else:
+        rep.time_source = "sample timestamps"
     parser, ing, tables = iter_metric_tables(
         path, default_node=opts.node or "unknown", millis=millis, strict=opts.strict, default_ts=default_ts
     )
@@ -42,6 +60,13 @@ def _metrics(store: Store, path: Path, opts: IngestOptions, rep: FileReport, mil
     write()
     rep.issues.extend(parser.issues)
     rep.nodes.update(n for n in ing.map.node if n)
+    if not opts.node and "unknown" in rep.nodes:
+        rep.notes.append("series without a Hostname label stored as node 'unknown' (give --node)")
+    if rep.format == "openmetrics" and not parser.saw_eof:
+        rep.partial.append(f"no '# EOF' (cut short?): kept {rep.rows} samples up to the last whole line")
+    if rep.rows == 0 and not rep.issues:
+        names = sorted(ing.map.unknown_names)[:3]
+        rep.notes.append("no GPU series fleettool knows" + (f" (e.g. {', '.join(names)})" if names else ""))
     if ing.map.gpus:
         store.upsert_gpus(ing.map.gpus.values(), rep.t_max or 0.0)
     if ing.map.pods:
@@ -65,36 +90,56 @@ def read_prometheus(store: Store, path: Path, opts: IngestOptions, rep: FileRepo
     _metrics(store, path, opts, rep, millis=None)
 
 
-def _context_year(store: Store, path: Path) -> int:
-    """The year for syslog lines that carry none: the recording's own samples, else the file's mtime."""
-    import datetime as dt
-
+# -- kernel logs ---------------------------------------------------------------------------------------------
+def _context_year(store: Store, path: Path, opts: IngestOptions) -> tuple[int, str]:
+    """The year for syslog lines that carry none, and where it came from: --year, the recording's own
+    samples, --at, the file's mtime."""
+    if opts.year:
+        return opts.year, "--year"
     hi = store.scalar("SELECT max(ts) FROM samples")
     if hi is not None:
-        return int(hi.year)
-    return dt.datetime.fromtimestamp(path.stat().st_mtime, tz=dt.timezone.utc).year
+        return int(hi.year), "the recording's samples"
+    if opts.at is not None:
+        return dt.datetime.fromtimestamp(opts.at, tz=dt.timezone.utc).year, "--at"
+    m = path.stat().st_mtime
+    return dt.datetime.fromtimestamp(m, tz=dt.timezone.utc).year, "the file's mtime"
 
 
-@register("kmsg")
-def read_kernel_log(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
-    from fleettool.formats.kmsg import KernelLogParser, record_to_event
-    from fleettool.recording.files import iter_lines
+def _default_node(store: Store, opts: IngestOptions, rep: FileReport) -> str:
+    if opts.node is not None:
+        return opts.node
+    nodes = [r["node"] for r in store.query("SELECT DISTINCT node FROM samples LIMIT 2")]
+    return nodes[0] if len(nodes) == 1 else "unknown"
 
-    node = opts.node
-    if node is None:
-        nodes = [r["node"] for r in store.query("SELECT DISTINCT node FROM samples LIMIT 2")]
-        node = nodes[0] if len(nodes) == 1 else "unknown"
-    parser = KernelLogParser(year=opts.year or _context_year(store, path), host=None)
-    events = []
-    for rec in parser.feed_all(iter_lines(path)):
+
+def _kernel_records(
+    store: Store, path: Path, opts: IngestOptions, rep: FileReport, records: Iterable[KernelRecord]
+) -> None:
+    """Store the GPU records of one kernel log and say where their times came from."""
+    from fleettool.formats.kmsg import record_to_event
+
+    node = _default_node(store, opts, rep)
+    events: list[Event] = []
+    walled = 0
+    for rec in records:
         host = rec.host or node
         if rec.kind == "gpu-announce":
             store.merge_gpu_identity(host, rec.uuid, rec.pci_bus_id, rec.serial, rec.ts or 0.0)
             rep.nodes.add(host)
+            rep.identities += 1
             continue
         ev = record_to_event(rec, host, source=f"kmsg:{path.name}")
         if ev is None:
             continue
+        if ev.ts is None:
+            mark = "boot-relative" if rec.uptime is not None else "none"
+            ev = dataclasses.replace(ev, detail={**ev.detail, "time": mark})
+            if rec.uptime is not None:
+                rep.boot_relative += 1
+            else:
+                rep.untimed += 1
+        else:
+            walled += 1
         events.append(ev)
         rep.nodes.add(ev.node)
         if ev.ts is not None:
@@ -103,17 +148,105 @@ def read_kernel_log(store: Store, path: Path, opts: IngestOptions, rep: FileRepo
     # identity learnt in this file (announcements) applies to the events just read
     _fill_from_announcements(events, store)
     rep.events += store.write_events(events)
+    if "unknown" in rep.nodes and opts.node is None:
+        rep.notes.append("no host name in the file: stored as node 'unknown' (give --node)")
+    parts = []
+    if walled:
+        parts.append(f"{walled} at wall-clock time ({_wall_kind(rep)})")
+    if rep.boot_relative:
+        parts.append(
+            f"{rep.boot_relative} boot-relative: the file has only the uptime since boot, "
+            "stored without a wall time (detail.uptime)"
+        )
+    if rep.untimed:
+        parts.append(f"{rep.untimed} with no time in the line")
+    rep.time_source = "; ".join(parts) if parts else None
 
 
-def _fill_from_announcements(events: list, store: Store) -> None:  # type: ignore[type-arg]
+def _wall_kind(rep: FileReport) -> str:
+    shape = rep.shape
+    if shape == "dmesg -T":
+        return "dmesg -T stamps, the capturing host's local time read as UTC"
+    if shape in ("syslog / journalctl short", "journalctl short-precise"):
+        return "syslog stamps (no year, no zone: UTC assumed)"
+    if shape == "journalctl -o json":
+        return "journal __REALTIME_TIMESTAMP"
+    if shape == "dmesg":
+        return "uptime + the boot time learnt from a line carrying both"
+    return "the lines' own stamps"
+
+
+@register("kmsg")
+def read_kernel_log(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
+    from fleettool.formats.kmsg import KernelLogParser
+
+    year, year_src = _context_year(store, path, opts)
+    parser = KernelLogParser(year=year, host=None)
+    _kernel_records(store, path, opts, rep, parser.feed_all(iter_lines(path)))
+    if parser._syslog_cache or parser._last_month is not None:  # syslog stamps were read: they carry no year
+        rep.notes.append(f"syslog stamps carry no year: {year} taken from {year_src}")
+
+
+@register("kmsg-journal-json")
+def read_journal_json(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
+    from fleettool.formats.errors import ParseIssue
+    from fleettool.formats.kmsg import KernelLogParser, parse_journal_entry
+
+    parser = KernelLogParser()
+
+    def records() -> Iterator[KernelRecord]:
+        for lineno, line in enumerate(iter_lines(path), 1):
+            if not line.strip():
+                parser.lineno += 1
+                continue
+            entry = parse_journal_entry(line)
+            if entry is None:
+                parser.lineno += 1
+                rep.issues.append(ParseIssue(str(path), lineno, f"not a journal JSON entry: {line[:60]!r}"))
+                continue
+            msg, ts, up, host = entry
+            rec = parser.feed_message(msg, ts=ts, uptime=up, host=host)
+            if rec is not None:
+                yield rec
+
+    _kernel_records(store, path, opts, rep, records())
+
+
+@register("kmsg-raw")
+def read_dev_kmsg(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
+    from fleettool.formats.errors import ParseIssue
+    from fleettool.formats.kmsg import KernelLogParser, parse_kmsg_record
+
+    parser = KernelLogParser()
+
+    def records() -> Iterator[KernelRecord]:
+        for lineno, line in enumerate(iter_lines(path), 1):
+            if not line.strip() or line.startswith(
+                " "
+            ):  # continuation lines: the record's KEY=value dictionary
+                parser.lineno += 1
+                continue
+            r = parse_kmsg_record(line)
+            if r is None:
+                parser.lineno += 1
+                rep.issues.append(ParseIssue(str(path), lineno, f"not a /dev/kmsg record: {line[:60]!r}"))
+                continue
+            _pri, _seq, usec, msg = r
+            text = msg.replace("\\x0a", "\n").split("\n")[0]  # /dev/kmsg escapes a newline as \x0a
+            rec = parser.feed_message(text, ts=None, uptime=usec / 1e6, host=None)
+            if rec is not None:
+                yield rec
+
+    _kernel_records(store, path, opts, rep, records())
+
+
+def _fill_from_announcements(events: list[Event], store: Store) -> None:
     if not events:
         return
     known = {
         (r["node"], r["pci_bus_id"]): (r["gpu"], r["uuid"])
         for r in store.query("SELECT node, pci_bus_id, gpu, uuid FROM gpus WHERE pci_bus_id IS NOT NULL")
     }
-    import dataclasses
-
     for i, ev in enumerate(events):
         hit = known.get((ev.node, ev.pci_bus_id))
         if hit and (ev.gpu is None or ev.uuid is None):
@@ -122,9 +255,8 @@ def _fill_from_announcements(events: list, store: Store) -> None:  # type: ignor
             )
 
 
+# -- nccl-tests ------------------------------------------------------------------------------------------
 def _file_op_hint(path: Path) -> str | None:
-    import re
-
     m = re.search(r"([a-z_]+?)_perf", path.name)
     return m.group(1) if m else None
 
@@ -132,17 +264,20 @@ def _file_op_hint(path: Path) -> str | None:
 def _store_nccl_runs(store: Store, path: Path, opts: IngestOptions, rep: FileReport, runs: list) -> None:  # type: ignore[type-arg]
     import hashlib
 
+    from fleettool.formats.kmsg import parse_iso
     from fleettool.formats.nccl_tests import NcclRun
 
+    sources: set[str] = set()
     for i, run in enumerate(runs):
         assert isinstance(run, NcclRun)
         run_id = hashlib.sha256(f"{path.resolve()}:{i}:{run.first_line}".encode()).hexdigest()[:16]
         nodes = run.nodes or ([opts.node] if opts.node else [])
-        ts = None
-        if run.start_time:
-            from fleettool.formats.kmsg import parse_iso
-
-            ts = parse_iso(run.start_time.replace(" ", "T"))
+        ts = parse_iso(run.start_time.replace(" ", "T")) if run.start_time else None
+        if ts is not None:
+            sources.add("the run's start_time (UTC assumed)")
+        else:  # nccl-tests text carries no time: the file's, never the replaying machine's clock
+            ts, src = file_time(path, opts)
+            sources.add(f"none in the output: {src}")
         store.write_nccl_run(
             run_id=run_id,
             ts=ts,
@@ -157,13 +292,22 @@ def _store_nccl_runs(store: Store, path: Path, opts: IngestOptions, rep: FileRep
             rows=run.rows,
         )
         rep.runs += 1
+        rep.rows += len(run.rows)
         rep.nodes.update(nodes)
+        if getattr(run, "truncated", False):
+            rep.partial.append(
+                f"run {i + 1} (line {run.first_line}) cut before its footer: kept {len(run.rows)} rows"
+            )
+        if not nodes:
+            rep.notes.append(f"run {i + 1} names no host (no '#  Rank' lines): give --node")
+    rep.time_source = "; ".join(sorted(sources)) or None
+    if not runs and not rep.issues:
+        rep.skipped = "looked like nccl-tests output but holds no run"
 
 
 @register("nccl-tests")
 def read_nccl_text(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
     from fleettool.formats.nccl_tests import parse_nccl_text
-    from fleettool.recording.files import iter_lines
 
     runs, issues = parse_nccl_text(iter_lines(path), path=str(path), op_hint=_file_op_hint(path))
     rep.issues.extend(issues)
@@ -173,13 +317,13 @@ def read_nccl_text(store: Store, path: Path, opts: IngestOptions, rep: FileRepor
 @register("nccl-tests-json")
 def read_nccl_json(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
     from fleettool.formats.nccl_tests import parse_nccl_json
-    from fleettool.recording.files import read_text
 
     runs, issues = parse_nccl_json(read_text(path), path=str(path))
     rep.issues.extend(issues)
     _store_nccl_runs(store, path, opts, rep, runs)
 
 
+# -- nvidia-smi ----------------------------------------------------------------------------------------------
 def _store_smi(store: Store, path: Path, opts: IngestOptions, rep: FileReport, report: object) -> None:
     from fleettool.formats.nvidia_smi import SmiReport, gpu_identity, gpu_samples
     from fleettool.model import GpuInfo, Sample
@@ -187,7 +331,12 @@ def _store_smi(store: Store, path: Path, opts: IngestOptions, rep: FileReport, r
     assert isinstance(report, SmiReport)
     rep.issues.extend(report.issues)
     node = opts.node or "unknown"
-    ts = report.timestamp if report.timestamp is not None else path.stat().st_mtime
+    if report.timestamp is not None:
+        ts = report.timestamp
+        rep.time_source = "the report's Timestamp (the capturing host's local time read as UTC)"
+    else:
+        ts, src = file_time(path, opts)
+        rep.time_source = f"no Timestamp in the report: {src}"
     samples = []
     infos = []
     for g in report.gpus:
@@ -207,20 +356,65 @@ def _store_smi(store: Store, path: Path, opts: IngestOptions, rep: FileReport, r
     if infos:
         store.upsert_gpus(infos, ts)
     rep.nodes.add(node)
+    if node == "unknown":
+        rep.notes.append("nvidia-smi names no host: stored as node 'unknown' (give --node)")
     rep.t_min = rep.t_max = ts
 
 
 @register("nvidia-smi-text")
 def read_smi_text(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
     from fleettool.formats.nvidia_smi import parse_text
-    from fleettool.recording.files import iter_lines
 
     _store_smi(store, path, opts, rep, parse_text(iter_lines(path), path=str(path)))
+
+
+_RE_ENTITY = re.compile(r"<!ENTITY", re.I)
+
+
+def complete_xml(text: str) -> tuple[str, str | None]:
+    """The document, or for one cut short the part that is whole (the root with its closed children),
+    and why it was cut. nvidia-smi never declares entities, so a document that does is refused."""
+    import xml.etree.ElementTree as ET
+
+    if _RE_ENTITY.search(text):
+        raise XmlRefused("XML declares entities (<!ENTITY>); nvidia-smi never does: refused, not expanded")
+    pull: ET.XMLPullParser = ET.XMLPullParser(events=("start", "end"))
+    root: ET.Element | None = None
+    depth = 0
+    closed: list[ET.Element] = []
+    err: str | None = None
+    try:
+        pull.feed(text)
+        for ev, item in pull.read_events():  # type: ignore[misc]
+            el = item if isinstance(item, ET.Element) else None
+            if el is None:
+                continue
+            if ev == "start":
+                if root is None:
+                    root = el
+                depth += 1
+            else:
+                depth -= 1
+                if depth == 1:
+                    closed.append(el)
+        pull.close()
+    except ET.ParseError as e:
+        err = str(e)
+    if err is None or root is None:
+        return text, None
+    whole = ET.Element(root.tag, root.attrib)
+    whole.extend(closed)
+    gpus = sum(1 for c in closed if c.tag == "gpu")
+    return ET.tostring(
+        whole, encoding="unicode"
+    ), f"XML cut short ({err}): kept {gpus} complete <gpu> sections"
 
 
 @register("nvidia-smi-xml")
 def read_smi_xml(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
     from fleettool.formats.nvidia_smi import parse_xml
-    from fleettool.recording.files import read_text
 
-    _store_smi(store, path, opts, rep, parse_xml(read_text(path), path=str(path)))
+    text, cut = complete_xml(read_text(path))
+    if cut:
+        rep.partial.append(cut)
+    _store_smi(store, path, opts, rep, parse_xml(text, path=str(path)))
