@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleettool.formats.nccl_tests import clean_line, parse_nccl_json, parse_nccl_text
+from fleettool.formats.nccl_tests import clean_line, parse_nccl_json, parse_nccl_text, split_prefix
 from fleettool.recording.files import iter_lines
 from tests.conftest import FIXTURES, run_cli
 
 S = FIXTURES / "samples" / "nccl-tests"
+L = FIXTURES / "formats" / "nccl-tests"  # the same outputs behind launcher prefixes
 
 
 def runs_of(name: str):  # type: ignore[no-untyped-def]
@@ -106,23 +108,184 @@ def test_replay_and_cli_json(tmp_path: Path) -> None:
     assert by_pair[("gpu-33", "gpu-35")]["peak_busbw_gbps"] == pytest.approx(475.86)
 
 
-@settings(max_examples=200, deadline=None)
+H100_1N = ("all_reduce", 8, ["node005"], 6, 439.369, 476.53)
+H100_2N = ("all_reduce", 16, ["node005", "node007"], 11, 142.735, 167.87)
+H100_RING = ("all_reduce", 16, ["node005", "node007"], 11, 85.5294, 102.27)
+A100 = ("all_reduce", 8, ["dkh"], 25, 34.9024, 182.90)
+H200 = ("all_reduce", 1, ["vm"], 4, 0.0, 0.0)
+LAUNCHER_FIXTURES = {
+    "mpirun-tag-output.txt": H100_2N,
+    "srun-label.txt": H100_RING,
+    "skypilot-all-gather.txt": ("all_gather", 16, ["node005", "node007"], 11, 38.5127, 44.95),
+    "torchrun-default0.txt": A100,
+    "torchrun-rank0.txt": H200,
+    "kubectl-prefix-timestamps.txt": H100_1N,
+    "pod-name-prefix.txt": A100,
+    "iso-timestamps.txt": H200,
+    "logging-timestamps.txt": A100,
+    "bracket-timestamps.txt": H100_1N,
+    "syslog.txt": H100_1N,
+    "combined-iso-skypilot-tag.txt": H100_RING,
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAUNCHER_FIXTURES))
+def test_launcher_fixtures_parse_like_the_bare_output(name: str) -> None:
+    op, nranks, nodes, nrows, avg, peak = LAUNCHER_FIXTURES[name]
+    runs, issues = parse_nccl_text(iter_lines(L / name), path=name)
+    assert issues == []
+    (run,) = runs
+    assert (run.op, run.nranks, run.nodes, len(run.rows), run.truncated) == (op, nranks, nodes, nrows, False)
+    assert run.avg_busbw_gbps == pytest.approx(avg) and run.peak_busbw_gbps == pytest.approx(peak)
+    assert all(r.oop_busbw_gbps is not None and r.oop_time_us is not None for r in run.rows)
+
+
+def test_launcher_fixture_rows_equal_the_unprefixed_sample() -> None:
+    (bare,) = runs_of("nccl-tests-a100x8-2.19.4-allreduce.txt")
+    for name in ("torchrun-default0.txt", "pod-name-prefix.txt", "logging-timestamps.txt"):
+        (run,), _ = parse_nccl_text(iter_lines(L / name), path=name)
+        assert run.rows == bare.rows and run.ranks == bare.ranks and run.version == bare.version == "2.19.4"
+
+
+def test_all_gather_op_from_the_command_line_not_the_header() -> None:
+    lines = (L / "skypilot-all-gather.txt").read_text().splitlines()
+    assert not any("Collective test" in ln for ln in lines)  # the header does not name the op
+    (run,), _ = parse_nccl_text(lines)
+    assert run.op == "all_gather" and run.rows[0].redop == "none" and run.rows[0].count == 8388608 // 4 // 16
+    # without the command line: the file-name hint, then "unknown" (all_gather and alltoall rows look alike)
+    body = [ln for ln in lines if "mpirun" not in ln]
+    assert parse_nccl_text(body, op_hint="gpu17_all_gather")[0][0].op == "all_gather"
+    assert parse_nccl_text(body, op_hint="nccl-run-7")[0][0].op is None
+    # the trailer of newer versions wins over a stale command line
+    trailer = "(head, rank=0, pid=3808) [1,0]<stdout>:# Collective test concluded: alltoall_perf"
+    assert parse_nccl_text(["./build/all_gather_perf -b 8", *body, trailer])[0][0].op == "alltoall"
+
+
+def test_truncated_table_kept_and_named() -> None:
+    runs, issues = parse_nccl_text(iter_lines(L / "srun-truncated.txt"), path="cut.txt")
+    (run,) = runs
+    assert issues == [] and run.truncated and len(run.rows) == 6 and run.avg_busbw_gbps is None
+    assert run.rows[-1].size_bytes == 268435456 and run.rows[-1].ip_busbw_gbps == pytest.approx(95.88)
+
+
+def test_documentation_is_not_a_run() -> None:
+    for doc in (S / "SOURCES.md", L / "SOURCES.md", S / "nccl-tests-azure-8gpu-busbw-reference.md"):
+        assert parse_nccl_text(iter_lines(doc), path=doc.name) == ([], [])
+    # a footer or a banner alone is not a run either
+    assert parse_nccl_text(["# Avg bus bandwidth    : 12.5", "# nThread 1 nGpus 8 minBytes 8"]) == ([], [])
+
+
+def test_interleaved_streams_parse_separately() -> None:
+    header = "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+    a = [
+        "0: " + header,
+        "0:     1024   256  float  sum  -1  10.0  0.10  0.10  0",
+        "0: # Avg bus bandwidth : 0.10",
+    ]
+    b = [
+        "1: " + header,
+        "1:     2048   512  float  sum  -1  20.0  0.10  0.10  0",
+        "1: # Avg bus bandwidth : 0.10",
+    ]
+    runs, issues = parse_nccl_text([a[0], b[0], a[1], b[1], a[2], b[2]])
+    assert issues == [] and [[r.size_bytes for r in run.rows] for run in runs] == [[1024], [2048]]
+    assert not any(r.truncated for r in runs)
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "text"),
+    [
+        ("[1,0]<stdout>:#  Rank  0", "[1,0]", "#  Rank  0"),
+        (" 0:      8388608   2097152", "0", "     8388608   2097152"),
+        (" 12: # nThread 1", "12", "# nThread 1"),
+        ("(head, rank=0, pid=3808) [1,0]<stdout>: # size", "head, rank=0, pid=3808|[1,0]", "# size"),
+        ("(worker1, rank=1, pid=3700, ip=10.0.0.2) 1024", "worker1, rank=1, pid=3700, ip=10.0.0.2", "1024"),
+        ("[default0]:# nThread", "[default0]", "# nThread"),
+        ("[rank3]: 1024", "[rank3]", "1024"),
+        ("[pod/mpi-worker-0/worker] # Avg", "[pod/mpi-worker-0/worker]", "# Avg"),
+        ("mpi-launcher-xyz: # Avg", "mpi-launcher-xyz", "# Avg"),
+        ("2024-05-01T12:00:00.123Z # Avg", "", "# Avg"),
+        ("2024-05-01 12:00:00,123 # Avg", "", "# Avg"),
+        ("[2024-05-01 12:00:00] # Avg", "", "# Avg"),
+        ("May  1 12:00:00 host # Avg", "host", "# Avg"),
+        ("May  1 12:00:00 host nccl[12]: # Avg", "host", "# Avg"),
+        ("2024-05-01T12:00:00Z [pod/l-0/c] 0: [1,0]<stdout>:# x", "[pod/l-0/c]|0|[1,0]", "# x"),
+        (
+            "#  Rank  0 Group  0 Pid 1 on node005 device  0 [0x18] H100",
+            "",
+            "#  Rank  0 Group  0 Pid 1 on node005 device  0 [0x18] H100",
+        ),
+    ],
+)
+def test_split_prefix_shapes(line: str, key: str, text: str) -> None:
+    assert split_prefix(line) == (key, text)
+
+
+def test_unicode_in_a_row_is_a_file_line_issue() -> None:
+    header = "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+    runs, issues = parse_nccl_text(
+        [
+            header,
+            "²",
+            "1024 256 float sum -1 1.0 ²2 3 0",
+            "١٠٢٤ 256 float sum -1 1.0 2 3 0",
+            "8 2 float sum -1 1 2 3 0",
+        ],
+        path="x.txt",
+    )
+    assert [(i.path, i.line) for i in issues] == [("x.txt", 2), ("x.txt", 3), ("x.txt", 4)]
+    assert all("non-ASCII" in i.message for i in issues)
+    assert [r.size_bytes for r in runs[0].rows] == [8]
+
+
+def test_out_of_range_numbers_are_not_stored() -> None:
+    header = "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+    big = "9" * 30
+    runs, issues = parse_nccl_text(
+        [header, f"{big} 2 float sum -1 1 2 3 0", "8 2 float sum -1 1e999 inf 3 " + big]
+    )
+    assert [i.line for i in issues] == [2]
+    (row,) = runs[0].rows
+    assert (row.oop_time_us, row.oop_algbw_gbps, row.oop_busbw_gbps, row.oop_wrong) == (None, None, 3.0, None)
+
+
+HEADER = "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong"
+
+
+def _check_invariants(lines: list[str], runs: list, issues: list) -> None:  # type: ignore[type-arg]
+    assert sum(len(r.rows) for r in runs) + len(issues) <= len(lines)
+    assert len(runs) <= len(lines)
+    for r in runs:
+        assert r.rows and 1 <= r.first_line <= len(lines)
+        for row in r.rows:
+            assert 0 <= row.size_bytes < 1 << 63
+            for v in vars(row).values():
+                if isinstance(v, float):
+                    assert math.isfinite(v)
+        for v in (r.avg_busbw_gbps, r.peak_busbw_gbps):
+            assert v is None or math.isfinite(v)
+    for i in issues:
+        assert i.path == "fuzz" and 1 <= i.line <= len(lines) and i.message
+
+
+@settings(max_examples=300, deadline=None)
 @given(
     st.lists(
         st.one_of(
-            st.text(max_size=120), st.from_regex(r"\s*\d{1,12}( +[-\w.#/]{1,10}){0,14}", fullmatch=True)
+            st.text(max_size=120),
+            st.from_regex(r"\s*\d{1,12}( +[-\w.#/]{1,10}){0,14}", fullmatch=True),
+            st.from_regex(
+                r"(\[\d,\d\]<stdout>:| ?\d{1,2}: |\(head, rank=0, pid=1\) )?\s*\d{1,25}( +[-\w.²]{1,8}){4,13}",
+                fullmatch=True,
+            ),
         ),
         max_size=30,
     )
 )
-def test_fuzz_text_never_raises(lines: list[str]) -> None:
-    parse_nccl_text(
-        [
-            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
-            *lines,
-        ]
-    )
-    parse_nccl_text(lines)
+def test_fuzz_text_invariants(lines: list[str]) -> None:
+    with_header = [HEADER, *lines]
+    _check_invariants(with_header, *parse_nccl_text(with_header, path="fuzz"))
+    _check_invariants(lines, *parse_nccl_text(lines, path="fuzz"))
 
 
 @settings(max_examples=200, deadline=None)
