@@ -20,6 +20,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_BYTES = 2 << 30  # decompressed bytes per file
@@ -103,12 +104,18 @@ def iter_blocks(path: Path, size: int = 1 << 16, *, limit: int | None = None) ->
         in_member = False
         try:
             while True:
-                c = f.read(size)
+                c = f.read(4096)  # small input pieces: what precedes a corrupt spot is still read
                 if not c:
                     break
                 while c:
                     in_member = True
-                    out = d.decompress(c, 1 << 22)
+                    saved = d.copy()
+                    try:
+                        out = d.decompress(c, 1 << 22)
+                    except zlib.error:  # keep what decompresses before the bad spot, then stop
+                        for chunk in _salvage(saved, c):
+                            yield count(chunk)
+                        raise
                     if out:
                         yield count(out)
                     c = d.unconsumed_tail
@@ -133,6 +140,17 @@ def iter_blocks(path: Path, size: int = 1 << 16, *, limit: int | None = None) ->
         except zlib.error as e:
             if notes is not None:
                 notes.truncated = f"corrupt gzip data after {_fmt_bytes(out_n)} of text ({e})"
+
+
+def _salvage(d: Any, data: bytes) -> Iterator[bytes]:
+    """What a decompressor yields from `data`, in small steps, up to the step that fails."""
+    for i in range(0, len(data), 64):
+        try:
+            out = d.decompress(data[i : i + 64], 1 << 22)
+        except zlib.error:
+            return
+        if out:
+            yield out
 
 
 def read_head(path: Path, n: int = HEAD) -> bytes:

@@ -89,7 +89,7 @@ class FileReport:
         kernel = self.format.startswith("kmsg")
         parts = [f"{self.rows} samples"] if self.rows or not (self.events or self.runs or kernel) else []
         if kernel or self.events:
-            parts.append(f"{self.events} GPU events" if self.events != 1 else "1 GPU event")
+            parts.append(f"{self.events} events" if self.events != 1 else "1 event")
         if self.runs or self.format.startswith("nccl"):
             parts.append(f"{self.runs} runs" if self.runs != 1 else "1 run")
         if self.identities:

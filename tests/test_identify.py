@@ -1,0 +1,498 @@
+"""Files are identified by content and every file of a replay is accounted for.
+
+End to end through `fleettool replay` (a subprocess): every kernel-log shape users save, under names that say
+nothing (`capture`, `x.json`, `foo.prom`), stores its XID 79 with the wall time the file allows and raises the
+critical alert; scrapes and nccl-tests runs without timestamps take the file's time (name, --at, mtime);
+the store's own files and documentation are never read as data; bad, partial and hostile inputs are named
+with what was kept, and exit 3 where nothing (or, with --strict, not everything) was read.
+"""
+
+from __future__ import annotations
+
+import calendar
+import gzip
+import json
+import os
+import shutil
+import zlib
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fleettool.recording.files import identify_bytes, identify_why
+from fleettool.recording.reader import READERS, IngestOptions, ingest, time_from_name
+from fleettool.store import Store
+from tests.conftest import FIXTURES, H200, SCENARIOS, run_cli
+
+KMSG = FIXTURES / "formats" / "kmsg"
+SAMPLES = FIXTURES / "samples"
+
+
+def utc(y: int, mo: int, d: int, h: int, mi: int, s: float) -> float:
+    return calendar.timegm((y, mo, d, h, mi, 0, 0, 0, 0)) + s
+
+
+def iso(t: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).isoformat()
+
+
+def replay_json(path: Path, db: Path, *args: str) -> dict:  # type: ignore[type-arg]
+    r = run_cli("replay", str(path), "--db", str(db), "--json", *args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    return json.loads(r.stdout)  # type: ignore[no-any-return]
+
+
+def events(db: Path) -> list[dict]:  # type: ignore[type-arg]
+    with Store(db, read_only=True) as s:
+        return s.query(
+            "SELECT epoch_us(ts) / 1e6 AS t, node, code, kind, detail::VARCHAR AS detail FROM events "
+            "WHERE kind = 'xid' ORDER BY code"
+        )
+
+
+# (fixture, arbitrary name, shape, node, XID 79 wall time or None for boot-relative, extra args)
+SHAPES = [
+    ("dmesg.txt", "capture", "dmesg", "unknown", None, []),
+    ("dmesg-T.txt", "x.json", "dmesg -T", "unknown", utc(2024, 8, 30, 11, 43, 9), []),
+    (
+        "dmesg-iso.txt",
+        "foo.prom",
+        "dmesg --time-format iso",
+        "unknown",
+        utc(2025, 1, 21, 4, 41, 44.287197),
+        [],
+    ),
+    (
+        "journalctl-k-short.txt",
+        "out",
+        "syslog / journalctl short",
+        "worker4",
+        utc(2026, 12, 2, 11, 38, 47),
+        ["--year", "2026"],
+    ),
+    (
+        "journalctl-k-short-iso.txt",
+        "data.bin",
+        "syslog / journalctl short-iso",
+        "worker4",
+        utc(2026, 12, 2, 11, 38, 47),
+        [],
+    ),
+    (
+        "journalctl-k-short-precise.txt",
+        "nccl.txt",
+        "journalctl short-precise",
+        "worker4",
+        utc(2026, 12, 2, 11, 38, 47.548779),
+        ["--year", "2026"],
+    ),
+    ("journalctl-k-json.jsonl", "x.json", "journalctl -o json", "worker4", 1764675527.548779, []),
+    (
+        "kern.log",
+        "log.1",
+        "syslog / journalctl short",
+        "worker4",
+        utc(2026, 12, 2, 11, 38, 47),
+        ["--year", "2026"],
+    ),
+    (
+        "messages",
+        "metrics.om",
+        "syslog / journalctl short",
+        "hyperion",
+        utc(2026, 5, 13, 17, 18, 47),
+        ["--year", "2026"],
+    ),
+    (
+        "kern.log-rfc3339",
+        "capture.xml",
+        "syslog / journalctl short-iso",
+        "worker4",
+        utc(2026, 12, 2, 11, 38, 47.548779),
+        [],
+    ),
+    ("dev-kmsg.txt", "kmsg.prom", "/dev/kmsg records", "unknown", None, []),
+]
+
+
+@pytest.mark.parametrize(
+    ("fixture", "name", "shape", "node", "when", "args"), SHAPES, ids=[s[0] for s in SHAPES]
+)
+def test_every_kernel_log_shape_replays_its_xid_79_and_alerts(
+    tmp_path: Path, fixture: str, name: str, shape: str, node: str, when: float | None, args: list[str]
+) -> None:
+    d = tmp_path / "rec"
+    d.mkdir()
+    shutil.copy(KMSG / fixture, d / name)
+    db = tmp_path / "t.duckdb"
+    out = replay_json(d, db, *args)
+    (f,) = out["files"]
+    assert f["reader"] == "kernel log" and f["shape"] == shape and f["status"] == "read"
+    assert f["events"] >= 1 and f["time_source"]
+    xid79 = [e for e in events(db) if e["code"] == 79]
+    assert len(xid79) == 1 and xid79[0]["node"] == node
+    detail = json.loads(xid79[0]["detail"] or "{}")
+    if when is None:
+        assert xid79[0]["t"] is None and detail["time"] == "boot-relative" and detail["uptime"] > 0
+        assert f["boot_relative_events"] >= 1 and "boot-relative" in f["time_source"]
+    else:
+        assert xid79[0]["t"] == pytest.approx(when, abs=1e-5)
+        assert "wall-clock" in f["time_source"]
+    crit = [a for a in out["alerts"] if a["severity"] == "critical"]
+    assert [(a["node"], a["category"]) for a in crit] == [(node, "gpu-lost")]
+
+
+def test_plain_dmesg_summary_says_boot_relative(tmp_path: Path) -> None:
+    r = run_cli("replay", str(KMSG / "dmesg.txt"), "--db", str(tmp_path / "t.duckdb"))
+    assert r.returncode == 0, r.stderr
+    assert "[kernel log: dmesg] 2 events" in r.stdout
+    assert "2 kernel events are boot-relative" in r.stdout and "critical" in r.stdout
+
+
+def test_syslog_year_comes_from_the_mtime_and_is_said(tmp_path: Path) -> None:
+    f = tmp_path / "kern"
+    shutil.copy(KMSG / "kern.log", f)
+    t = utc(2025, 12, 31, 12, 0, 0)
+    os.utime(f, (t, t))
+    db = tmp_path / "t.duckdb"
+    out = replay_json(f, db)
+    assert events(db)[0]["t"] == pytest.approx(utc(2025, 12, 2, 11, 38, 47))
+    assert "syslog stamps carry no year: 2025 taken from the file's mtime" in out["files"][0]["notes"]
+
+
+def test_the_projects_own_dmesg_T_capture_is_read(tmp_path: Path) -> None:
+    out = replay_json(H200 / "dmesg-T-nvidia.txt", tmp_path / "t.duckdb")
+    f = out["files"][0]
+    assert f["reader"] == "kernel log" and f["shape"] == "dmesg -T" and f["status"] == "read"
+
+
+# -- identification units ---------------------------------------------------------------------------------
+def test_identify_by_content_never_by_first_byte() -> None:
+    assert identify_bytes(b"[ 1843.308145] NVRM: Xid (PCI:0000:b3:00): 79, x\n").format == "kmsg"
+    assert identify_bytes(b"[Fri Mar  3 04:27:08 2023] hello\n").shape == "dmesg -T"
+    assert identify_bytes(b'[{"a": 1}]').format == "unknown"
+    assert identify_bytes(b"").why == "empty file"
+    assert identify_bytes(b"\x00\x01\x02binary").why == "binary data, not text"
+    assert identify_bytes(b"<?xml version='1.0'?><html/>").format == "unknown"
+    nccl_json = (SAMPLES / "nccl-tests" / "nccl-tests-2.19.6-h200x1-J.json").read_bytes()
+    assert identify_bytes(nccl_json).format == "nccl-tests-json"
+    assert identify_bytes((KMSG / "journalctl-k-json.jsonl").read_bytes()).format == "kmsg-journal-json"
+    assert identify_bytes(b'{"MESSAGE": "x"}\n').format == "unknown"  # JSON, but no journal fields
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        SAMPLES / "kmsg" / "SOURCES.md",
+        SAMPLES / "nccl-tests" / "SOURCES.md",
+        SAMPLES / "nvidia-smi" / "SOURCES.md",
+        SAMPLES / "h200-recording" / "README.md",
+        SAMPLES / "nccl-tests" / "nccl-tests-azure-8gpu-busbw-reference.md",
+    ],
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_documentation_is_not_a_recording(tmp_path: Path, doc: Path) -> None:
+    ident = identify_why(doc)
+    assert ident.format == "unknown" and ident.why.startswith("documentation")
+    f = tmp_path / "all_reduce_perf.txt"  # even under a name that says nccl-tests
+    shutil.copy(doc, f)
+    assert identify_why(f).format == "unknown"
+
+
+def test_time_from_file_names() -> None:
+    assert time_from_name("1796000000123.prom") == 1796000000.123
+    assert time_from_name("gpu-17-1796000000.prom") == 1796000000.0
+    assert time_from_name("gpu-17-2026-12-02T14:40:12Z.prom") == utc(2026, 12, 2, 14, 40, 12)
+    assert time_from_name("scrape_20261202T144012+0100.txt") == utc(2026, 12, 2, 13, 40, 12)
+    assert time_from_name("scrape_2026-12-02_14-40-12.prom") == utc(2026, 12, 2, 14, 40, 12)
+    assert (
+        time_from_name("gpu-17.prom") is None and time_from_name("all_reduce_perf-gpu-33-gpu-34.txt") is None
+    )
+
+
+# -- files without timestamps take the file's time -------------------------------------------------------
+SCRAPE = (
+    "# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).\n# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
+    'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-a",Hostname="gpu-17"} 41\n'
+    'DCGM_FI_DEV_GPU_TEMP{gpu="1",UUID="GPU-b",Hostname="gpu-17"} 43\n'
+)
+
+
+def sample_times(db: Path) -> set[float]:
+    with Store(db, read_only=True) as s:
+        return {r["t"] for r in s.query("SELECT DISTINCT epoch_us(ts) / 1e6 AS t FROM samples")}
+
+
+def test_scrape_without_timestamps_takes_mtime_then_at_then_name(tmp_path: Path) -> None:
+    f = tmp_path / "gpu-17.prom"
+    f.write_text(SCRAPE)
+    mt = utc(2026, 11, 30, 0, 30, 0)
+    os.utime(f, (mt, mt))
+    out = replay_json(f, tmp_path / "a.duckdb")
+    assert out["files"][0]["rows"] == 2 and sample_times(tmp_path / "a.duckdb") == {mt}
+    assert "no sample timestamps: the file's mtime (2026-11-30T00:30:00Z" in out["files"][0]["time_source"]
+    out = replay_json(f, tmp_path / "b.duckdb", "--at", "2026-11-29T10:00:00Z")
+    assert sample_times(tmp_path / "b.duckdb") == {utc(2026, 11, 29, 10, 0, 0)}
+    assert out["files"][0]["time_source"].startswith("no sample timestamps: --at")
+    named = tmp_path / "gpu-17-2026-11-28T08:00:00Z.prom"
+    named.write_text(SCRAPE)
+    out = replay_json(named, tmp_path / "c.duckdb", "--at", "2026-11-29T10:00:00Z")  # the name wins
+    assert sample_times(tmp_path / "c.duckdb") == {utc(2026, 11, 28, 8, 0, 0)}
+    assert out["files"][0]["time_source"].startswith("no sample timestamps: the file name")
+
+
+def test_bad_at_is_a_usage_error(tmp_path: Path) -> None:
+    r = run_cli("replay", str(KMSG / "dmesg.txt"), "--db", str(tmp_path / "t.duckdb"), "--at", "yesterday")
+    assert r.returncode == 2 and "not a time" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_nccl_text_without_time_takes_the_file_time_never_now(tmp_path: Path) -> None:
+    f = tmp_path / "run.txt"
+    shutil.copy(SAMPLES / "nccl-tests" / "nccl-tests-2.19.6-h200x1.txt", f)
+    mt = utc(2026, 11, 30, 0, 45, 0)
+    os.utime(f, (mt, mt))
+    db = tmp_path / "t.duckdb"
+    out = replay_json(f, db)
+    assert out["files"][0]["runs"] >= 1 and "the file's mtime" in out["files"][0]["time_source"]
+    with Store(db, read_only=True) as s:
+        assert {r["t"] for r in s.query("SELECT epoch_us(ts) / 1e6 AS t FROM nccl_runs")} == {mt}
+    out = replay_json(f, tmp_path / "u.duckdb", "--at", "1796000000")
+    with Store(tmp_path / "u.duckdb", read_only=True) as s:
+        assert s.scalar("SELECT epoch(ts) FROM nccl_runs") == 1796000000
+
+
+# -- never read: the store's own files ---------------------------------------------------------------------
+def test_the_database_and_its_wal_inside_the_replayed_dir_are_never_read(tmp_path: Path) -> None:
+    d = tmp_path / "rec"
+    d.mkdir()
+    shutil.copy(KMSG / "kern.log-rfc3339", d / "kern.log")
+    db = d / "fleet.duckdb"
+    first = replay_json(d, db)
+    by = {Path(f["path"]).name: f["status"] for f in first["files"]}
+    assert by.pop("kern.log") == "read" and set(by.values()) <= {"ignored"}
+    (d / "fleet.duckdb.wal").write_bytes(b"\x00" * 64)  # what a killed writer leaves
+    (d / "other.duckdb").write_bytes((db).read_bytes())  # someone else's database
+    again = replay_json(d, db)
+    by = {Path(f["path"]).name: f for f in again["files"]}
+    assert by["fleet.duckdb"]["status"] == "ignored" and by["fleet.duckdb.wal"]["status"] == "ignored"
+    assert by["other.duckdb"]["status"] == "skipped" and "DuckDB" in by["other.duckdb"]["skipped"]
+    assert by["kern.log"]["status"] == "ignored" and "already ingested" in by["kern.log"]["skipped"]
+    assert len(events(db)) == 1
+
+
+# -- nothing recognised, missing paths ---------------------------------------------------------------------
+def test_empty_and_garbage_dirs_exit_3_naming_every_file(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = run_cli("replay", str(empty), "--db", str(tmp_path / "a.duckdb"))
+    assert r.returncode == 3 and r.stderr == f"fleettool: nothing recognised in {empty} (0 files skipped)\n"
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "a").write_bytes(os.urandom(300) + b"\x00")
+    (junk / "b.txt").write_text("hello world\n")
+    (junk / "README.md").write_text(
+        "# Notes\n\nThis directory holds the capture we took on the night of the outage.\n"
+    )
+    r = run_cli("replay", str(junk), "--db", str(tmp_path / "b.duckdb"))
+    assert r.returncode == 3 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith(f"fleettool: nothing recognised in {junk} (3 files skipped: ")
+    assert "README.md: documentation (Markdown)" in r.stderr and "a: binary data" in r.stderr
+    assert "b.txt: not a format fleettool reads" in r.stderr
+
+
+@pytest.mark.parametrize("cmd", [["replay", "/nonexistent", "--db", "{db}"], ["demo", "/nonexistent"]])
+def test_missing_paths_exit_3_with_one_line(tmp_path: Path, cmd: list[str]) -> None:
+    r = run_cli(*[c.replace("{db}", str(tmp_path / "t.duckdb")) for c in cmd])
+    assert r.returncode == 3 and r.stdout == ""
+    assert r.stderr == "fleettool: /nonexistent: no such file or directory\n"
+
+
+# -- strict, partial and bad files -------------------------------------------------------------------------
+def test_strict_fails_on_a_skip_after_reading_the_rest(tmp_path: Path) -> None:
+    d = tmp_path / "rec"
+    d.mkdir()
+    shutil.copy(KMSG / "journalctl-k-short-iso.txt", d / "kernel")
+    (d / "notes.txt").write_text("swapped the PSU on Tuesday\n")
+    db = tmp_path / "t.duckdb"
+    r = run_cli("replay", str(d), "--db", str(db), "--strict")
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    assert (
+        r.stderr.strip()
+        .splitlines()[-1]
+        .startswith("fleettool: --strict: 1 files not fully read (notes.txt: ")
+    )
+    assert len(events(db)) == 1  # the good file was stored
+    assert (
+        run_cli("replay", str(d), "--db", str(tmp_path / "u.duckdb")).returncode == 0
+    )  # lenient: listed only
+
+
+def test_a_bad_file_is_rolled_back_and_named_and_the_others_are_stored(tmp_path: Path) -> None:
+    d = tmp_path / "rec"
+    d.mkdir()
+    (d / "a.om").write_text(
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="n9"} 40 1796000000\nDCGM_FI_DEV_GPU_TEMP{gpu="0" 41 1796000001\n# EOF\n'
+    )
+    shutil.copy(KMSG / "kern.log-rfc3339", d / "b")
+    db = tmp_path / "t.duckdb"
+    r = run_cli("replay", str(d), "--db", str(db), "--strict", "--json")
+    assert r.returncode == 3 and f"{d / 'a.om'}:2:" in r.stderr and "Traceback" not in r.stderr
+    files = {Path(f["path"]).name: f for f in json.loads(r.stdout)["files"]}
+    assert files["a.om"]["status"] == "failed" and files["b"]["status"] == "read"
+    with Store(db, read_only=True) as s:
+        assert s.scalar("SELECT count(*) FROM samples WHERE node = 'n9'") == 0
+    assert len(events(db)) == 1
+
+
+def test_a_reader_that_raises_is_caught_per_file(tmp_path: Path) -> None:
+    d = tmp_path / "rec"
+    d.mkdir()
+    shutil.copy(SAMPLES / "h200-recording" / "nvidia-smi-q.txt", d / "a")
+    shutil.copy(KMSG / "kern.log-rfc3339", d / "b")
+
+    def broken(store, path, opts, rep):  # type: ignore[no-untyped-def]
+        store.write_samples([])
+        raise ValueError("value out of range for int16")
+
+    saved = READERS.get("nvidia-smi-text")
+    ingest(Store(":memory:"), d, IngestOptions(quiet=True))  # load the real readers first
+    READERS["nvidia-smi-text"] = broken
+    try:
+        with Store(tmp_path / "t.duckdb") as s:
+            reps = ingest(s, d, IngestOptions(quiet=True))
+            assert s.scalar("SELECT count(*) FROM events") == 1
+    finally:
+        READERS["nvidia-smi-text"] = saved  # type: ignore[assignment]
+    assert reps[0].status == "failed" and "ValueError: value out of range" in (reps[0].skipped or "")
+    assert reps[1].status == "read"
+
+
+def gz_cut(src: bytes, frac: float) -> bytes:
+    z = gzip.compress(src)
+    return z[: int(len(z) * frac)]
+
+
+def test_truncated_gzip_is_partial_with_what_it_kept(tmp_path: Path) -> None:
+    text = (KMSG / "kern.log-rfc3339").read_bytes() * 2000
+    f = tmp_path / "kern.log.gz"
+    f.write_bytes(gz_cut(text, 0.6))
+    out = replay_json(f, tmp_path / "t.duckdb")
+    (rep,) = out["files"]
+    assert rep["status"] == "partial" and rep["events"] > 0
+    assert rep["partial"][0].startswith("gzip stream cut short after")
+    r = run_cli("replay", str(f), "--db", str(tmp_path / "u.duckdb"), "--strict")
+    assert r.returncode == 3 and "gzip stream cut short" in r.stderr
+
+
+def test_openmetrics_without_eof_is_partial(tmp_path: Path) -> None:
+    body = gzip.decompress((SCENARIOS / "app-xid" / "dcgm-exporter.om.gz").read_bytes())
+    cut = body[: body.index(b"\n", len(body) // 2) + 1]
+    f = tmp_path / "scrape"
+    f.write_bytes(cut)
+    out = replay_json(f, tmp_path / "t.duckdb")
+    (rep,) = out["files"]
+    assert rep["status"] == "partial" and rep["rows"] > 1000
+    assert rep["partial"] == [
+        f"no '# EOF' (cut short?): kept {rep['rows']} samples up to the last whole line"
+    ]
+
+
+def test_truncated_nvidia_smi_xml_keeps_its_whole_gpus(tmp_path: Path) -> None:
+    xml = (SAMPLES / "h200-recording" / "nvidia-smi-q.xml").read_text()
+    start, end = xml.index("<gpu "), xml.index("</gpu>") + len("</gpu>")
+    gpu = xml[start:end]
+    two = xml[:end] + "\n" + gpu.replace("00000000:00:06.0", "00000000:00:07.0") + xml[end:]
+    f = tmp_path / "smi"
+    f.write_text(two[: two.rindex("<gpu ") + len(gpu) // 2])
+    out = replay_json(f, tmp_path / "t.duckdb", "--node", "h200")
+    (rep,) = out["files"]
+    assert rep["status"] == "partial" and rep["rows"] > 0
+    assert "XML cut short" in rep["partial"][0] and "kept 1 complete <gpu> sections" in rep["partial"][0]
+
+
+def test_nccl_table_cut_before_its_footer_is_partial(tmp_path: Path) -> None:
+    text = (SAMPLES / "nccl-tests" / "nccl-tests-2.19.6-h200x1.txt").read_text()
+    f = tmp_path / "job.out"
+    f.write_text(text[: text.index("# Out of bounds")])
+    out = replay_json(f, tmp_path / "t.duckdb")
+    (rep,) = out["files"]
+    assert rep["status"] == "partial" and rep["runs"] == 1
+    assert "cut before its footer" in rep["partial"][0]
+
+
+# -- hostile inputs: bounded reads --------------------------------------------------------------------------
+def test_gzip_bomb_is_refused_past_the_cap(tmp_path: Path) -> None:
+    line = b"[    1.000000] " + b"x" * 1000 + b"\n"
+    member = gzip.compress(line * (16 << 10), compresslevel=9)  # 16 MiB of dmesg lines in ~50 KiB
+    f = tmp_path / "kern.log.gz"
+    f.write_bytes(member * 8)  # 128 MiB decompressed from a few hundred KiB
+    r = run_cli("replay", str(f), "--db", str(tmp_path / "t.duckdb"), "--max-file-size", "64M", "--json")
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    assert "decompresses to more than 64 MiB (a gzip bomb?); refused, nothing stored" in r.stderr
+
+
+def test_xml_bomb_is_refused_without_expansion(tmp_path: Path) -> None:
+    lol = ['<!ENTITY l0 "lol">'] + [
+        f'<!ENTITY l{i} "{("&l" + str(i - 1) + ";") * 10}">' for i in range(1, 10)
+    ]
+    doc = f'<?xml version="1.0"?>\n<!DOCTYPE nvidia_smi_log [\n{"".join(lol)}\n]>\n<nvidia_smi_log><gpu id="0">&l9;</gpu></nvidia_smi_log>\n'
+    f = tmp_path / "smi.xml"
+    f.write_text(doc)
+    r = run_cli("replay", str(f), "--db", str(tmp_path / "t.duckdb"))
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    assert "XML declares entities (<!ENTITY>); nvidia-smi never does: refused, not expanded" in r.stderr
+
+
+def test_corrupt_gzip_is_named(tmp_path: Path) -> None:
+    z = bytearray(gzip.compress((KMSG / "kern.log-rfc3339").read_bytes() * 500))
+    z[len(z) // 2 : len(z) // 2 + 64] = b"\xff" * 64
+    f = tmp_path / "k.gz"
+    f.write_bytes(bytes(z))
+    out = replay_json(f, tmp_path / "t.duckdb")
+    assert out["files"][0]["status"] == "partial" and "corrupt gzip data" in out["files"][0]["partial"][0]
+
+
+# -- fuzz: whatever the bytes, each file is read or skipped with a reason ----------------------------------
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.binary(max_size=300),
+            st.text(max_size=300).map(str.encode),
+            st.sampled_from(
+                [
+                    (KMSG / "dmesg.txt").read_bytes()[:200],
+                    b"# TYPE x gauge\nx 1\n",
+                    b'{"MESSAGE": "NVRM: Xid (PCI:0000:01:00): 79, x", "__REALTIME_TIMESTAMP": "9e99"}\n',
+                    b"6,1,99999999999999999999999,-;NVRM: Xid (PCI:0000:01:00): 79, x\n",
+                    b"[99999999999999999999999999.5] NVRM: Xid (PCI:0000:01:00): 79, x\n",
+                ]
+            ),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    st.booleans(),
+)
+def test_fuzz_every_file_is_read_or_skipped_with_a_reason(
+    tmp_path_factory, blobs: list[bytes], gz: bool
+) -> None:  # type: ignore[no-untyped-def]
+    d = tmp_path_factory.mktemp("fuzz")
+    for i, b in enumerate(blobs):
+        (d / f"f{i}").write_bytes(zlib.compress(b) if gz and i == 0 else b)
+    with Store(":memory:") as s:
+        reps = ingest(s, d, IngestOptions(quiet=True))
+        ts = s.query("SELECT epoch_us(ts) / 1e6 AS t FROM events WHERE ts IS NOT NULL")
+    assert len(reps) == len(blobs)
+    for r in reps:
+        assert r.status in ("read", "partial", "skipped", "failed", "ignored")
+        if r.status in ("skipped", "failed", "ignored"):
+            assert r.skipped, r
+        if r.status == "partial":
+            assert r.partial
+    assert all(0 <= row["t"] < 7258118400 for row in ts)
