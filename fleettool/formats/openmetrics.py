@@ -5,11 +5,18 @@ parallel columns (series id, timestamp in seconds, value) per chunk. prometheus_
 reference in a differential test; this one trades generality for speed (~30x) by caching each distinct
 series string and splitting the rest of the line from the right.
 
-Timestamps: OpenMetrics gives seconds (often fractional), the Prometheus text format integer milliseconds.
+Timestamps: OpenMetrics gives seconds (often fractional), the Prometheus text format integer milliseconds. When
+the caller cannot say which (millis=None), the first plausible timestamp decides: 1973..2100 read as seconds is
+1e8..4.1e9, read as milliseconds 1e11..4.1e12, and the two ranges do not overlap. A timestamp outside 1973..2100
+after that (-5, 1e30, NaN, a millisecond value in an OpenMetrics file) is a file:line issue and the sample is
+skipped. Values NaN and +/-Inf are legal (the exposition format allows them); what to keep is the ingest's call.
+A body with no timestamps (a `curl .../metrics` scrape) takes `default_ts`; without one, the first such sample is
+an issue that counts the others.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -20,6 +27,27 @@ from fleettool.formats.errors import ParseError, ParseIssue
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_.]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
 _NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:.]*$")
 _UNESCAPE = re.compile(r"\\(.)")
+
+TS_MIN = 1e8  # 1973-03-03, in unix seconds: the range a sample's timestamp must fall in
+TS_MAX = 4102444800.0  # 2100-01-01
+NO_TS = "sample has no timestamp and none was given for the file"
+
+
+def decide_millis(t: float) -> bool | None:
+    """True if t reads as unix milliseconds in 1973..2100, False as seconds, None if neither."""
+    if TS_MIN <= t <= TS_MAX:
+        return False
+    if TS_MIN * 1000.0 <= t <= TS_MAX * 1000.0:
+        return True
+    return None
+
+
+def _ts_message(text: str) -> str:
+    try:
+        float(text)
+    except ValueError:
+        return f"bad number in timestamp {text[:40]!r}"
+    return f"timestamp {text[:40]!r} is not a unix time in 1973..2100 (seconds or milliseconds)"
 
 
 def _unescape(v: str) -> str:
@@ -64,6 +92,7 @@ class SeriesTable:
     labels: list[dict[str, str]] = field(default_factory=list)
     types: dict[str, str] = field(default_factory=dict)
     helps: dict[str, str] = field(default_factory=dict)
+    lines: list[int] = field(default_factory=list)  # the line each series first appeared on
 
 
 @dataclass
@@ -93,7 +122,7 @@ class ExpositionParser:
     ) -> None:
         self.path = path
         self.millis = millis
-        self.default_ts = default_ts
+        self.default_ts = default_ts if default_ts is not None and math.isfinite(default_ts) else None
         self.strict = strict
         self.series = SeriesTable()
         self.issues: list[ParseIssue] = []
@@ -101,12 +130,26 @@ class ExpositionParser:
         self._ids: dict[str, int] = {}
         self._bids: dict[bytes, int] = {}  # the same series keyed by raw bytes (parse_bytes)
         self._lineno = 0
+        self._no_ts = 0  # samples without a timestamp when there was no default_ts
+        self._no_ts_issue = -1
 
     def _bad(self, msg: str) -> None:
-        issue = ParseIssue(self.path, self._lineno, msg)
+        self.report(self._lineno, msg)
+
+    def report(self, line: int, msg: str) -> None:
+        """A bad line: raise ParseError in strict mode, else keep it as an issue (the caller skips the line)."""
+        issue = ParseIssue(self.path, max(line, 1), msg)
         if self.strict:
             raise ParseError(issue)
         self.issues.append(issue)
+
+    def finish(self) -> None:
+        """After the last line: fold the count of timestamp-less samples into the first one's issue."""
+        if self._no_ts > 1 and 0 <= self._no_ts_issue < len(self.issues):
+            first = self.issues[self._no_ts_issue]
+            self.issues[self._no_ts_issue] = ParseIssue(
+                first.path, first.line, f"{NO_TS} ({self._no_ts} samples from this line on skipped)"
+            )
 
     def _comment(self, line: str) -> None:
         if line.startswith("# EOF"):
@@ -167,24 +210,35 @@ class ExpositionParser:
                 sid = len(self.series.names)
                 self.series.names.append(name)
                 self.series.labels.append(labels)
+                self.series.lines.append(lineno)
                 ids[series] = sid
             try:
                 v = float(rest[0])
-                if len(rest) == 2:
-                    t = float(rest[1])
-                    if millis is None:
-                        millis = self.millis = t > 1e11
-                    if millis:
-                        t /= 1000.0
-                elif default_ts is not None:
-                    t = default_ts
-                else:
-                    self._lineno = lineno
-                    self._bad("sample has no timestamp and none was given for the file")
-                    continue
             except ValueError:
                 self._lineno = lineno
                 self._bad(f"bad number in {' '.join(rest)!r}")
+                continue
+            if len(rest) == 2:
+                try:
+                    t = float(rest[1])
+                except ValueError:
+                    t = math.nan
+                if millis is None:
+                    millis = self.millis = decide_millis(t)
+                if millis:
+                    t /= 1000.0
+                if not TS_MIN <= t <= TS_MAX:  # NaN fails too
+                    self._lineno = lineno
+                    self._bad(_ts_message(rest[1]))
+                    continue
+            elif default_ts is not None:
+                t = default_ts
+            else:
+                self._no_ts += 1
+                if self._no_ts == 1:
+                    self._lineno = lineno
+                    self._bad(NO_TS)
+                    self._no_ts_issue = len(self.issues) - 1
                 continue
             sid_append(sid)
             ts_append(t)
@@ -272,6 +326,7 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
                     sid = len(series_table.names)
                     series_table.names.append(name)
                     series_table.labels.append(labels)
+                    series_table.lines.append(int(fl[i]))
                     parser._ids[text] = sid
                 bids[key] = sid
             sids[i] = sid
@@ -301,22 +356,31 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
 
     millis = parser.millis
     if millis is None and len(tss):
-        millis = parser.millis = bool(tss[0] > 1e11)
+        sec = (tss >= TS_MIN) & (tss <= TS_MAX)
+        ms = (tss >= TS_MIN * 1000.0) & (tss <= TS_MAX * 1000.0)
+        first = np.flatnonzero(sec | ms)[:1]  # the first plausible timestamp decides, not the first one
+        if len(first):
+            millis = parser.millis = bool(ms[first[0]])
     if millis:
         tss = tss / 1000.0
     sid_arr = np.asarray(sids, dtype=np.int64)
     good = sid_arr >= 0
-    nan_rows = np.flatnonzero(np.isnan(vals) | np.isnan(tss))
+    with np.errstate(invalid="ignore"):
+        bad_ts = ~((tss >= TS_MIN) & (tss <= TS_MAX))  # out of range, NaN, or not a number
     bad_vals = np.zeros(len(vals), dtype=bool)
-    for i in nan_rows.tolist():
+    for i in np.flatnonzero(np.isnan(vals) & ~bad_ts).tolist():
         a, c = int(f2[i]), int(sp1_fast[i])
-        if data[a + 1 : c].strip().lower() != b"nan" or np.isnan(tss[i]):
+        if data[a + 1 : c].strip().lower() != b"nan":
             bad_vals[i] = True
-    if bad_vals.any():
-        for i in np.flatnonzero(bad_vals & good).tolist():
-            parser._lineno = int(fl[i])
-            parser._bad("bad number in sample value")
-        good &= ~bad_vals
+    if bad_vals.any() or bad_ts.any():
+        fe = ends[fast]
+        for i in np.flatnonzero((bad_vals | bad_ts) & good).tolist():
+            if bad_ts[i]:
+                text = data[int(sp1_fast[i]) + 1 : int(fe[i])].decode("utf-8", "replace").strip()
+                parser.report(int(fl[i]), _ts_message(text))
+            else:
+                parser.report(int(fl[i]), "bad number in sample value")
+        good &= ~(bad_vals | bad_ts)
     out = Chunk(sid_arr[good], tss[good], vals[good])
 
     # the rest line by line (comments, lines without timestamps, odd spacing, malformed lines)
@@ -360,6 +424,7 @@ def parse_stream(parser: ExpositionParser, blocks: Iterable[bytes]) -> Iterator[
             lineno += whole.count(b"\n")
     if buf:
         yield parse_bytes(parser, bytes(buf), lineno)
+    parser.finish()
 
 
 def _to_floats(col: Any) -> Any:

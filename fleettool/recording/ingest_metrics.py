@@ -44,6 +44,20 @@ class SeriesMap:
     pods: set[tuple[str, int | None, str | None, str, str, str]] = field(default_factory=set)
 
 
+GPU_INDEX_MAX = 1023  # a node's GPU index (NVML/DCGM ordinal); anything above is not one
+
+
+def gpu_index(label: str | None) -> int | None:
+    """The `gpu` label as a GPU index (0..GPU_INDEX_MAX), or None when absent or not one."""
+    if label is None:
+        return None
+    g = label.strip()
+    if not (g.isascii() and g.isdigit()) or len(g) > 4:
+        return None
+    v = int(g)
+    return v if v <= GPU_INDEX_MAX else None
+
+
 def map_series(
     name: str, labels: dict[str, str], default_node: str
 ) -> tuple[str | None, str, int | None, str | None, str, float, GpuInfo | None]:
@@ -64,10 +78,7 @@ def map_series(
         if labels.get(k):
             node = labels[k]
             break
-    gpu: int | None = None
-    g = labels.get("gpu")
-    if g is not None and g.strip().lstrip("-").isdigit():
-        gpu = int(g)
+    gpu = gpu_index(labels.get("gpu"))
     uuid = None
     for k in UUID_LABELS:
         if labels.get(k):
@@ -119,6 +130,15 @@ class MetricsIngest:
             if info is not None:
                 sm.gpus.setdefault((info.node, info.gpu, info.uuid), info)
             lab = labels[i]
+            g = lab.get("gpu")
+            if g is not None and gpu is None and g.strip() != "":
+                # one issue per series, at the line it first appears on; its samples are kept with no gpu
+                # (the UUID, when there is one, still names the GPU)
+                self.parser.report(
+                    self.parser.series.lines[i] if i < len(self.parser.series.lines) else 1,
+                    f"gpu label {g[:20]!r} of {names[i]} is not a GPU index (0..{GPU_INDEX_MAX}): "
+                    "samples kept without a gpu",
+                )
             if lab.get("pod"):  # dcgm-exporter's pod attribution (empty when the GPU is not allocated)
                 sm.pods.add((node, gpu, uuid, lab.get("namespace", ""), lab["pod"], lab.get("container", "")))
 
@@ -136,7 +156,9 @@ class MetricsIngest:
         blank = (val >= DCGM_FP64_BLANK) | (
             int32 & (val >= DCGM_INT32_BLANK) & (val <= DCGM_INT32_BLANK + 15)
         )
-        keep &= ~blank & ~np.isnan(val)
+        keep &= (
+            ~blank & ~np.isnan(val) & np.isfinite(ts)
+        )  # the parser checks timestamps; this is the backstop
         idx = pa.array(sid[keep])
         us = np.round(ts[keep] * 1e6).astype(np.int64)
         return pa.table(

@@ -1,0 +1,133 @@
+"""End to end: `fleettool replay` of every nccl-tests launcher shape and of curl'd dcgm-exporter scrapes, each under
+a file name that says nothing about its format, then what the store holds (`fleettool nccl --json`, read-only SQL)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tests.conftest import FIXTURES, run_cli
+from tests.test_nccl_tests import LAUNCHER_FIXTURES
+
+NCCL = FIXTURES / "formats" / "nccl-tests"
+PROM = FIXTURES / "formats" / "prometheus"
+AT = "2024-05-01T12:00:00Z"
+AT_S = 1714564800.0
+
+
+def _replay(tmp_path: Path, files: dict[str, Path], *extra: str) -> tuple[Path, dict[str, dict[str, object]]]:
+    """Copy `files` (new name -> fixture) into a fresh directory, replay it; the store and the per-file report."""
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    for name, src in files.items():
+        shutil.copyfile(src, rec / name)
+    db = tmp_path / "t.duckdb"
+    rc = run_cli("replay", str(rec), "--db", str(db), "--at", AT, "--json", *extra)
+    assert "Traceback" not in rc.stderr, rc.stderr
+    assert rc.returncode == 0, rc.stderr + rc.stdout
+    report = json.loads(rc.stdout)
+    return db, {Path(f["path"]).name: f for f in report["files"]}
+
+
+def _sql(db: Path, q: str) -> list[tuple[object, ...]]:
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        return con.execute(q).fetchall()
+    finally:
+        con.close()
+
+
+# Identification is recording/files.py's (not this slice's). These two fail there, not in the parsers (both parse
+# right when handed to them: tests/test_nccl_tests.py, tests/test_openmetrics.py); strict, so a fix shows up.
+SYSLOG_AS_KMSG = pytest.mark.xfail(
+    strict=True,
+    reason="recording/files.py identify: `May  1 12:00:00 node005 nccl-tests[29520]: # nThread ...` lines match "
+    "the syslog kernel-log shape, so the file goes to the kmsg reader (0 runs)",
+)
+FIRST_TS_DECIDES = pytest.mark.xfail(
+    strict=True,
+    reason="recording/files.py _fractional_ts: the first sample's timestamp (-5) makes a Prometheus file "
+    "'openmetrics' (millis=False), so its millisecond timestamps are all out of range; it should skip "
+    "implausible timestamps (formats.openmetrics.decide_millis) or pass millis=None without `# EOF`",
+)
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    [pytest.param(f, marks=SYSLOG_AS_KMSG) if f == "syslog.txt" else f for f in sorted(LAUNCHER_FIXTURES)],
+)
+def test_replay_nccl_launcher_shape_under_an_arbitrary_name(tmp_path: Path, fixture: str) -> None:
+    op, nranks, nodes, nrows, avg, peak = LAUNCHER_FIXTURES[fixture]
+    db, files = _replay(tmp_path, {"output-7": NCCL / fixture})
+    assert files["output-7"]["format"] == "nccl-tests" and files["output-7"]["runs"] == 1, files
+    (run,) = json.loads(run_cli("nccl", "--db", str(db), "--json").stdout)
+    assert (run["op"], run["ranks"], run["nodes"], len(run["rows"])) == (op, nranks, nodes, nrows)
+    assert run["avg_busbw_gbps"] == pytest.approx(avg) and run["peak_busbw_gbps"] == pytest.approx(peak)
+    assert _sql(db, "SELECT count(*) FROM nccl_rows") == [(nrows,)]
+
+
+def test_replay_nccl_directory_docs_and_truncated(tmp_path: Path) -> None:
+    db, files = _replay(
+        tmp_path,
+        {
+            "a": NCCL / "skypilot-all-gather.txt",
+            "b.log": NCCL / "srun-truncated.txt",
+            "c.txt": NCCL / "mpirun-tag-output.txt",
+            "README.md": NCCL / "SOURCES.md",  # documentation that shows a header: not a run
+        },
+    )
+    assert files["README.md"]["runs"] == 0 and files["README.md"]["skipped"], files["README.md"]
+    assert files["b.log"]["status"] == "partial" and files["b.log"]["runs"] == 1
+    assert "cut before its footer" in str(files["b.log"]["partial"])
+    runs = _sql(db, "SELECT op, ranks, avg_busbw_gbps FROM nccl_runs ORDER BY op, avg_busbw_gbps NULLS FIRST")
+    assert runs == [
+        ("all_gather", 16, pytest.approx(38.5127)),
+        ("all_reduce", 16, None),
+        ("all_reduce", 16, 142.735),
+    ]
+
+
+SCRAPES = {
+    # fixture: (rows stored, distinct (node, gpu) pairs, nodes)
+    "scrape-docker-quickstart.prom": (2, 1, ["unknown"]),
+    "scrape-k8s-pods.txt": (2, 1, ["unknown"]),
+    "scrape-v100x4": (7, 4, ["r6i3n0"]),
+    "scrape-a30-mig.metrics": (8, 2, ["yg-data-k8s-gpu-a30-node-test-test0003.mt"]),
+    "scrape-h100-mig.out": (3, 1, ["gsrh100-074"]),
+    "scrape-legacy-exporter.prom": (7, 2, ["unknown"]),
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(SCRAPES))
+def test_replay_curl_scrape_without_timestamps_stores_samples(tmp_path: Path, fixture: str) -> None:
+    rows, pairs, nodes = SCRAPES[fixture]
+    db, files = _replay(tmp_path, {"gpu-17": PROM / fixture})
+    rep = files["gpu-17"]
+    assert rep["format"] in ("prometheus", "openmetrics") and rep["rows"] == rows and rep["issues"] == 0, rep
+    assert "--at" in str(rep["time_source"])
+    got = _sql(
+        db, "SELECT count(*), count(DISTINCT (node, gpu)), min(epoch(ts)), max(epoch(ts)) FROM samples"
+    )
+    assert got == [(rows, pairs, AT_S, AT_S)]
+    assert sorted(str(n) for (n,) in _sql(db, "SELECT DISTINCT node FROM samples")) == nodes
+
+
+@FIRST_TS_DECIDES
+def test_replay_bad_labels_and_timestamps(tmp_path: Path) -> None:
+    db, files = _replay(tmp_path, {"x.prom": PROM / "bad-labels-and-timestamps.prom"})
+    rep = files["x.prom"]
+    # lines 3, 8, 9, 10: absurd timestamps (-5, 1e30, NaN, 1e20) skipped; lines 5-7: gpu labels "99999999",
+    # "-1", "abc" kept with no gpu; the NaN power value is legal and not stored, +Inf is not stored either
+    assert rep["issues"] == 7, rep
+    got = _sql(db, "SELECT metric, gpu, value, epoch(ts) FROM samples ORDER BY metric, value")
+    assert got == [
+        ("gpu_temp_c", 0, 42.0, AT_S),
+        ("gpu_temp_c", None, 43.0, AT_S),
+        ("gpu_temp_c", None, 44.0, AT_S),
+        ("gpu_temp_c", None, 45.0, AT_S),
+        ("power_w", 0, 312.5, AT_S + 45),
+    ]
