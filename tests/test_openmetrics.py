@@ -12,7 +12,16 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as prom_families
 
 from fleettool.formats.errors import ParseError
-from fleettool.formats.openmetrics import ExpositionParser, parse_bytes, parse_series, parse_stream
+from fleettool.formats.openmetrics import (
+    TS_MAX,
+    TS_MIN,
+    ExpositionParser,
+    decide_millis,
+    parse_bytes,
+    parse_series,
+    parse_stream,
+)
+from fleettool.recording.ingest_metrics import MetricsIngest, gpu_index
 from tests.conftest import FIXTURES, SCENARIOS
 
 
@@ -35,7 +44,7 @@ def test_differential_against_prometheus_client_on_a_scenario() -> None:
     ref = []
     for fam in om_families(text):
         for s in fam.samples:
-            ref.append((s.name, tuple(sorted(s.labels.items())), round(float(s.timestamp), 3), s.value))
+            ref.append((s.name, tuple(sorted(s.labels.items())), round(float(s.timestamp), 3), s.value))  # type: ignore[arg-type]
     mine = _ours(text.encode(), millis=False)
     assert len(ref) > 2000
     assert mine == sorted(ref)
@@ -50,7 +59,7 @@ def test_prometheus_text_with_millisecond_timestamps_matches_reference() -> None
     ref = []
     for fam in prom_families(text):
         for s in fam.samples:
-            ref.append((s.name, tuple(sorted(s.labels.items())), round(float(s.timestamp), 3), s.value))
+            ref.append((s.name, tuple(sorted(s.labels.items())), round(float(s.timestamp), 3), s.value))  # type: ignore[arg-type]
     assert _ours(text.encode()) == sorted(ref)
     assert ref[0][2] == pytest.approx(1795996800.123)
 
@@ -131,23 +140,151 @@ def test_stream_parse_equals_whole_parse_across_block_boundaries() -> None:
     assert n == len(c.sid) == 19360
 
 
+@pytest.mark.parametrize(
+    "ts", ["1e30", "-5", "NaN", "99999999999999999999", "+Inf", "0", "abc", "4102444801"]
+)
+@pytest.mark.parametrize("millis", [None, True, False])
+def test_absurd_timestamps_are_file_line_issues_on_both_paths(ts: str, millis: bool | None) -> None:
+    good = "1714564800000" if millis else "1714564800"
+    text = (
+        f'a{{x="1"}} 1 {good}\n'
+        f'a{{x="1"}} 2 {ts}\n'  # the vectorised path
+        f"b 3 {ts}\n"  # no labels: the line-by-line path
+        f'a{{x="1"}} 4 {ts} # {{trace_id="t"}} 1\n'  # an exemplar: the line-by-line path
+    ).encode()
+    p = ExpositionParser("f.prom", millis=millis)
+    c = parse_bytes(p, text)
+    assert list(c.value) == [1.0] and list(c.ts) == [1714564800.0]
+    assert [(i.path, i.line) for i in sorted(p.issues, key=lambda i: i.line)] == [
+        ("f.prom", n) for n in (2, 3, 4)
+    ]
+    assert all("timestamp" in i.message for i in p.issues)
+    with pytest.raises(ParseError, match=r"^f\.prom:2: "):
+        parse_bytes(ExpositionParser("f.prom", millis=millis, strict=True), text)
+
+
+def test_first_plausible_timestamp_decides_seconds_or_millis() -> None:
+    assert (decide_millis(1714564800), decide_millis(1714564800123), decide_millis(-5)) == (False, True, None)
+    assert decide_millis(float("nan")) is None and decide_millis(5e10) is None  # between the two ranges
+    for first in (b"-5", b"1e30", b"NaN"):
+        p = ExpositionParser("f")
+        c = parse_bytes(p, b'a{x="1"} 1 ' + first + b'\na{x="1"} 2 1714564800123\na{x="1"} 3 1714564801123\n')
+        assert (
+            p.millis is True
+            and list(c.ts) == [1714564800.123, 1714564801.123]
+            and [i.line for i in p.issues] == [1]
+        )
+    p = ExpositionParser("f")
+    parse_bytes(p, b"b 1 -5\nb 2 1714564800.5\n")  # the same on the line-by-line path
+    assert p.millis is False and [i.line for i in p.issues] == [1]
+
+
+def test_special_values_stay_legal_with_millisecond_timestamps() -> None:
+    p = ExpositionParser("f")
+    c = parse_bytes(
+        p, b'a{x="1"} NaN 1714564800000\na{x="1"} +Inf 1714564800000\na{x="1"} -Inf 1714564800000\n'
+    )
+    assert not p.issues and math.isnan(c.value[0]) and list(c.value[1:]) == [math.inf, -math.inf]
+
+
+def test_samples_without_timestamps_one_counted_issue_or_default_ts() -> None:
+    body = b"# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n" + b"".join(
+        b'DCGM_FI_DEV_GPU_TEMP{gpu="%d",UUID="GPU-%d"} 4%d\n' % (g, g, g) for g in range(8)
+    )
+    p = ExpositionParser("gpu-17.prom", millis=None)
+    assert sum(len(c.sid) for c in parse_stream(p, [body])) == 0
+    assert [str(i) for i in p.issues] == [
+        "gpu-17.prom:2: sample has no timestamp and none was given for the file (8 samples from this line on skipped)"
+    ]
+    p = ExpositionParser("gpu-17.prom", millis=None, default_ts=1714564800.0)
+    chunks = list(parse_stream(p, [body]))
+    assert not p.issues and [t for c in chunks for t in c.ts] == [1714564800.0] * 8
+    ing = MetricsIngest(p, "gpu-17")
+    assert sum(ing.table(c).num_rows for c in chunks) == 8  # a curl'd scrape stores its samples
+
+
+@pytest.mark.parametrize(
+    ("label", "want"),
+    [
+        ("0", 0),
+        (" 7 ", 7),
+        ("1023", 1023),
+        ("1024", None),
+        ("99999999", None),
+        ("-1", None),
+        ("abc", None),
+        ("٣", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_gpu_index(label: str | None, want: int | None) -> None:
+    assert gpu_index(label) == want
+
+
+def test_bad_gpu_label_is_an_issue_and_the_samples_keep_no_gpu() -> None:
+    text = (
+        b'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-a",Hostname="n1"} 41 1714564800\n'
+        b'DCGM_FI_DEV_GPU_TEMP{gpu="99999999",UUID="GPU-b",Hostname="n1"} 42 1714564800\n'
+        b'DCGM_FI_DEV_GPU_TEMP{gpu="-1",UUID="GPU-c",Hostname="n1"} 43 1714564800\n'
+        b'DCGM_FI_DEV_GPU_TEMP{gpu="abc",UUID="GPU-d",Hostname="n1"} 44 1714564800\n'
+        b'DCGM_FI_DEV_GPU_TEMP{gpu="99999999",UUID="GPU-b",Hostname="n1"} 45 1714564860\n'
+    )
+    p = ExpositionParser("f.prom")
+    ing = MetricsIngest(p, "x")
+    t = ing.table(parse_bytes(p, text))
+    assert t.column("gpu").to_pylist() == [0, None, None, None, None]
+    assert t.column("uuid").to_pylist() == ["GPU-a", "GPU-b", "GPU-c", "GPU-d", "GPU-b"]
+    assert [(i.line, i.message.split(" of ")[0]) for i in p.issues] == [
+        (2, "gpu label '99999999'"),
+        (3, "gpu label '-1'"),
+        (4, "gpu label 'abc'"),
+    ]  # once per series, at its first line
+    strict = ExpositionParser("f.prom", strict=True)
+    with pytest.raises(ParseError, match=r"^f\.prom:2: gpu label"):
+        MetricsIngest(strict, "x").table(parse_bytes(strict, text))
+
+
+def _check(p: ExpositionParser, data: bytes, c: object) -> None:
+    lines = data.count(b"\n") + 1
+    sid, ts, value = c.sid, c.ts, c.value  # type: ignore[attr-defined]
+    assert len(sid) == len(ts) == len(value) <= lines
+    assert all(TS_MIN <= t <= TS_MAX or t == 1.0 for t in list(ts))  # 1.0: the default_ts given
+    assert all(0 <= s < len(p.series.names) for s in list(sid))
+    assert len(p.series.lines) == len(p.series.names)
+    for issue in p.issues:
+        assert issue.path == "fuzz" and 1 <= issue.line <= lines and issue.message
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=400))
-def test_fuzz_arbitrary_bytes_never_raise_out_of_the_parser(data: bytes) -> None:
+def test_fuzz_arbitrary_bytes_invariants(data: bytes) -> None:
+    p = ExpositionParser("fuzz", default_ts=1.0)
+    _check(p, data, parse_bytes(p, data))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.text(alphabet='ab{}=",# \n01.5eE+-NaInf', max_size=60),
+            st.from_regex(
+                r'[a-z]{1,4}(\{gpu="[-0-9a-z²]{0,9}"\})? [-+0-9.eENaInf]{1,8}( [-+0-9.eENaInf]{1,22})?',
+                fullmatch=True,
+            ),
+        ),
+        max_size=20,
+    )
+)
+def test_fuzz_prometheus_like_text_invariants(lines: list[str]) -> None:
+    data = "\n".join(lines).encode()
     p = ExpositionParser("fuzz", default_ts=1.0)
     c = parse_bytes(p, data)
-    assert len(c.sid) == len(c.ts) == len(c.value)
-    for issue in p.issues:
-        assert issue.path == "fuzz" and issue.line >= 1
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.text(alphabet='ab{}=",# \n01.5eE+-NaInf', max_size=200))
-def test_fuzz_prometheus_like_text(data: str) -> None:
-    p = ExpositionParser("fuzz", default_ts=1.0)
-    parse_bytes(p, data.encode())
+    _check(p, data, c)
+    t = MetricsIngest(p, "n").table(c)  # the store's columns: no overflow, no traceback
+    assert t.num_rows <= len(c.sid)
     strict = ExpositionParser("fuzz", default_ts=1.0, strict=True)
     try:
-        parse_bytes(strict, data.encode())
+        MetricsIngest(strict, "n").table(parse_bytes(strict, data))
     except ParseError as e:
         assert str(e).startswith("fuzz:")
