@@ -200,9 +200,10 @@ def register(app: typer.Typer) -> None:
             try:
                 open_location(export_to)
             except (OSError, ValueError) as e:
-                why = getattr(e, "strerror", None) or e
+                cause = getattr(e, "strerror", None) or e
                 raise die(
-                    f"{export_to}: cannot use as a fleet location: {why} (--export-to)", ExitCode.STORE_ERROR
+                    f"{export_to}: cannot use as a fleet location: {cause} (--export-to)",
+                    ExitCode.STORE_ERROR,
                 ) from None
         with open_store(db, read_only=False):  # creates the store, or refuses a file that is not ours
             pass
@@ -241,6 +242,8 @@ def register(app: typer.Typer) -> None:
         name = node or hostname()
         ivl = parse_duration(interval, "--interval")
         secs = parse_duration(duration, "--duration")
+        every = parse_duration(all_tiers_every, "--all-tiers-every") if all_tiers_every else None
+        collectors = _build(name, source, gpus, inject, recording, False, ivl, None, kmsg="off")
         if out.exists() and not out.is_dir():
             raise die(f"{out}: exists and is not a directory (--out)", ExitCode.BAD_INPUT)
         try:  # before recording for minutes, not after
@@ -249,9 +252,7 @@ def register(app: typer.Typer) -> None:
             raise die(
                 f"{out}: cannot create the directory: {e.strerror or e} (--out)", ExitCode.BAD_INPUT
             ) from None
-        collectors = _build(name, source, gpus, inject, recording, False, ivl, None, kmsg="off")
-        if all_tiers_every:
-            every = parse_duration(all_tiers_every, "--all-tiers-every")
+        if every is not None:
             for c in collectors:
                 c.tier_s = {Tier.FAST: ivl, Tier.MEDIUM: every, Tier.DEAR: every, Tier.STATIC: every}
         writer = RecordingWriter(out, name)

@@ -39,7 +39,7 @@ def die(msg: str, code: ExitCode) -> typer.Exit:
 
 def store_exit(err: Exception) -> typer.Exit:
     """A StoreError as its documented exit: 4 locked, 5 not fleettool's, 6 cannot open or write."""
-    from fleettool.store import StoreCorrupt, StoreLocked
+    from fleettool.store.errors import StoreCorrupt, StoreLocked
 
     if isinstance(err, StoreLocked):
         return die(str(err), ExitCode.STORE_LOCKED)
@@ -53,9 +53,17 @@ def open_store(path: Path, *, read_only: bool, create: bool = True) -> Iterator[
     """The store for one command. A reader never creates the file; create=False for a writer that needs an
     existing store (an ack needs its alert). I/O errors while the command works on it (disk full, the file
     vanished) are exit 6; any other DuckDB error is a bug and reaches the internal-error handler."""
+    from fleettool.store.errors import StoreError, precheck
+
+    try:
+        precheck(
+            str(path), read_only=read_only, create=create
+        )  # before loading duckdb: a bad path fails fast
+    except StoreError as e:
+        raise store_exit(e) from None
     import duckdb
 
-    from fleettool.store import Store, StoreError
+    from fleettool.store.db import Store
 
     try:
         store = Store(path, read_only=read_only, create=create)

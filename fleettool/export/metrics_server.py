@@ -36,7 +36,7 @@ class AgentMetrics(Collector):
         self.alerts = alerts
 
     def collect(self) -> Iterator[Metric]:
-        fams: dict[str, tuple[Metric, list[str]]] = {}
+        fams: dict[str, tuple[CounterMetricFamily | GaugeMetricFamily, list[str]]] = {}
         for (metric, gpu, uuid, sub), value in sorted(
             self.latest().items(), key=lambda kv: (kv[0][0], kv[0][1] or -1, kv[0][3])
         ):
@@ -49,7 +49,9 @@ class AgentMetrics(Collector):
                 helptext = f"{d.help} ({d.unit})" if d else metric
                 if d is not None and d.kind == "counter":
                     base = name[: -len("_total")] if name.endswith("_total") else name
-                    fam: Metric = CounterMetricFamily(base, helptext, labels=labels)
+                    fam: CounterMetricFamily | GaugeMetricFamily = CounterMetricFamily(
+                        base, helptext, labels=labels
+                    )
                 else:
                     fam = GaugeMetricFamily(name, helptext, labels=labels)
                 fams[key] = (fam, labels)

@@ -12,29 +12,17 @@ import json
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import pyarrow as pa
 
 from fleettool.model import Event, GpuInfo, PodUse, Sample
+from fleettool.store.errors import NotFleettool, StoreCorrupt, StoreError, StoreLocked, precheck
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 from fleettool.store.schema import CORE_TABLES, DDL, FORMAT, FORMAT_KEY, KNOWN_TABLES, SCHEMA_VERSION
-
-
-class StoreError(RuntimeError):
-    """The store could not be opened or written."""
-
-
-class StoreLocked(StoreError):
-    """Another process holds the database file."""
-
-
-class StoreCorrupt(StoreError):
-    """The file is not a DuckDB database this version can read."""
-
-
-class NotFleettool(StoreCorrupt):
-    """A file that is not a fleettool store (a text file, another program's DuckDB): it was left untouched."""
 
 
 def _classify(path: str, err: Exception) -> StoreError:
@@ -49,37 +37,6 @@ def _classify(path: str, err: Exception) -> StoreError:
     if "no such file or directory" in low:
         return StoreError(f"{path}: cannot create the database: {Path(path).parent} does not exist")
     return StoreError(f"{path}: {msg}")
-
-
-DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of every DuckDB file
-
-
-def precheck(path: str, *, read_only: bool, create: bool = True) -> None:
-    """What the path is, before DuckDB opens it: a reader never creates a file, nobody creates directories,
-    and a file that is not DuckDB's is refused without being opened read-write."""
-    p = Path(path)
-    if p.is_dir():
-        raise NotFleettool(f"{path}: is a directory, not a database file")
-    if not p.exists():
-        if read_only or not create:
-            raise StoreError(f"{path}: no such database")
-        if not p.parent.is_dir():
-            what = "is not a directory" if p.parent.exists() else "does not exist"
-            raise StoreError(
-                f"{path}: cannot create the database: {p.parent} {what} (fleettool does not create directories)"
-            )
-        return
-    try:
-        with p.open("rb") as f:
-            head = f.read(12)
-    except OSError as e:
-        raise StoreError(f"{path}: cannot read: {e.strerror or e}") from None
-    if not head:  # DuckDB refuses an empty file too; say what to do about it
-        raise NotFleettool(
-            f"{path}: an empty file, not a DuckDB database (remove it and fleettool creates a new store)"
-        )
-    if len(head) < 12 or head[8:12] != DUCKDB_MAGIC:
-        raise NotFleettool(f"{path}: not a DuckDB database (a fleettool store is one); nothing was changed")
 
 
 def connect(path: str, *, read_only: bool, wait_s: float = 5.0) -> duckdb.DuckDBPyConnection:
@@ -99,6 +56,7 @@ def connect(path: str, *, read_only: bool, wait_s: float = 5.0) -> duckdb.DuckDB
 
 def _ts_array(ts: Sequence[float] | Any) -> pa.Array:
     import numpy as np
+    import pyarrow as pa  # here, not at import: readers never load it
 
     us = np.round(np.asarray(ts, dtype=np.float64) * 1e6).astype("int64")
     return pa.array(us, type=pa.timestamp("us"))
@@ -106,6 +64,8 @@ def _ts_array(ts: Sequence[float] | Any) -> pa.Array:
 
 def samples_table(samples: Sequence[Sample]) -> pa.Table:
     """Rows of Sample -> an Arrow table in the samples column order."""
+    import pyarrow as pa  # here, not at import: readers never load it
+
     return pa.table(
         {
             "ts": _ts_array([s.ts for s in samples]),
@@ -224,6 +184,8 @@ class Store:
 
     # -- writes -------------------------------------------------------------------------------------------
     def write_samples(self, table: pa.Table | Sequence[Sample]) -> int:
+        import pyarrow as pa  # here, not at import: readers never load it
+
         if not isinstance(table, pa.Table):
             table = samples_table(table)
         if table.num_rows == 0:
@@ -238,6 +200,8 @@ class Store:
         return int(table.num_rows)
 
     def write_events(self, events: Iterable[Event]) -> int:
+        import pyarrow as pa  # here, not at import: readers never load it
+
         evs = list(events)
         if not evs:
             return 0
@@ -401,6 +365,8 @@ class Store:
         rows: Sequence[Any],
     ) -> None:
         """One nccl-tests invocation and every row of its table."""
+        import pyarrow as pa  # here, not at import: readers never load it
+
         t = None if ts is None else _ts_array([ts])[0].as_py()
         self.con.execute(
             "INSERT OR REPLACE INTO nccl_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
