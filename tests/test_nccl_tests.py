@@ -303,5 +303,28 @@ def test_fuzz_text_invariants(lines: list[str]) -> None:
         max_leaves=20,
     )
 )
-def test_fuzz_json_never_raises(doc: object) -> None:
-    parse_nccl_json(json.dumps(doc))
+def test_fuzz_json_invariants(doc: object) -> None:
+    text = json.dumps(doc)  # floats include NaN and Infinity, which json.loads accepts
+    runs, issues = parse_nccl_json(text, path="fuzz")
+    for r in runs:
+        assert isinstance(r.nranks, int) and (r.ngpus is None or isinstance(r.ngpus, int))
+        for row in r.rows:
+            assert 0 <= row.size_bytes < 1 << 63 and (row.count is None or 0 <= row.count < 1 << 63)
+            for v in vars(row).values():
+                assert not isinstance(v, float) or math.isfinite(v)
+                assert not isinstance(v, int) or abs(v) < 1 << 63
+        assert r.avg_busbw_gbps is None or math.isfinite(r.avg_busbw_gbps)
+    for i in issues:
+        assert i.path == "fuzz" and i.line >= 1 and i.message
+
+
+def test_json_out_of_range_numbers_are_issues_not_tracebacks() -> None:
+    runs, issues = parse_nccl_json(
+        '{"results": [{"size": 1e30}, {"size": Infinity}, {"size": 8, "out_of_place": {"time": NaN, "nwrong": 1e300}}],'
+        ' "config": {"ngpus": "x"}, "out_of_bounds": {"count": Infinity}}',
+        path="j.json",
+    )
+    assert [str(i).split(" (")[0] for i in issues] == ["j.json:1: bad result entry"] * 2
+    (run,) = runs
+    assert [(r.size_bytes, r.oop_time_us, r.oop_wrong) for r in run.rows] == [(8, None, None)]
+    assert run.ngpus is None and run.out_of_bounds is None
