@@ -1,8 +1,10 @@
-"""Kernel-log parser: every line form of fixtures/samples/kmsg, checked value by value."""
+"""Kernel-log parser: every line form of fixtures/samples/kmsg, checked value by value; fuzzed for invariants
+(records <= lines, times finite and in range), not just for not raising."""
 
 from __future__ import annotations
 
 import calendar
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -10,8 +12,10 @@ from hypothesis import strategies as st
 
 from fleettool.formats.kmsg import (
     KernelLogParser,
+    KernelRecord,
     month_number,
     parse_iso,
+    parse_journal_entry,
     parse_kernel_log,
     parse_kmsg_record,
 )
@@ -389,16 +393,133 @@ def test_dev_kmsg_records() -> None:
     assert parse_kmsg_record("garbage") is None
 
 
+def assert_invariants(lines: list[str], recs: list[KernelRecord]) -> None:
+    """What every parse must hold, whatever the input: at most one record per line, each naming a line that
+    was fed and carrying it; times finite and in range (wall 1970..2200, uptime >= 0); a known kind."""
+    assert len(recs) <= len(lines)
+    assert [r.lineno for r in recs] == sorted({r.lineno for r in recs})
+    for r in recs:
+        assert 1 <= r.lineno <= len(lines)
+        assert r.kind in (
+            "xid",
+            "sxid",
+            "fell-off-bus",
+            "gsp-timeout",
+            "gsp-rate-limit",
+            "gpu-announce",
+            "boot",
+        )
+        if r.ts is not None:
+            assert math.isfinite(r.ts) and 0 <= r.ts < 7258118400
+        if r.uptime is not None:
+            assert math.isfinite(r.uptime) and r.uptime >= 0
+        if r.kind in ("xid", "sxid"):
+            assert r.code is not None and r.code >= 0
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.text(max_size=200), max_size=20))
-def test_fuzz_never_raises(lines: list[str]) -> None:
-    parse_kernel_log(lines, year=2024)
+def test_fuzz_invariants_any_text(lines: list[str]) -> None:
+    assert_invariants(lines, parse_kernel_log(lines, year=2024))
+
+
+_PREFIXES = st.sampled_from(
+    [
+        "",
+        "[ 12.5] ",
+        "[99999999999999999999999999999999999.5] ",
+        "[Fri Aug 30 11:43:09 2024] ",
+        "[Fri Feb 31 99:99:99 0000] ",
+        "kern  :warn  : 2025-01-21T04:41:44,283302+00:00 ",
+        "kern  :warn  : 9999-99-99T99:99:99,9999999999999999999999999+99:99 ",
+        "Dec  2 11:38:47 worker4 kernel: ",
+        "Dec 32 25:61:61 worker4 kernel: [  219.470994] ",
+        "2026-12-02T11:38:47.548779+00:00 worker4 kernel: ",
+        "192.168.11.119: kern: warning: [2026-04-22T21:30:51.870495804Z]: ",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet="NVRM: Xid(PCI0123456789abcdef,)-[]. pidname=<>'GUkernl", max_size=120))
-def test_fuzz_xid_like_never_raises(body: str) -> None:
-    parse_kernel_log(["NVRM: " + body, "[1.0] NVRM: Xid (" + body, "kernel: SXid (" + body], year=2024)
+@given(
+    st.lists(
+        st.tuples(
+            _PREFIXES,
+            st.text(alphabet="NVRM: Xid(PCI0123456789abcdef,)-[]. pidname=<>'GUkernlSnvswitch", max_size=120),
+        ),
+        max_size=12,
+    )
+)
+def test_fuzz_invariants_xid_like(parts: list[tuple[str, str]]) -> None:
+    lines = [p + "NVRM: " + b for p, b in parts] + [p + "nvidia-nvswitch0: SXid (" + b for p, b in parts]
+    recs = parse_kernel_log(lines, year=2024)
+    assert_invariants(lines, recs)
+    assert sum(1 for r in recs if r.kind in ("xid", "sxid")) <= len(lines)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(max_size=120),
+    st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
+    st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True)),
+)
+def test_fuzz_feed_message_keeps_times_finite(msg: str, ts: float | None, up: float | None) -> None:
+    p = KernelLogParser()
+    lines = ["NVRM: Xid (PCI:0000:01:00): 79, " + msg, msg]
+    recs = [r for r in (p.feed_message(m, ts=ts, uptime=up, host="h") for m in lines) if r is not None]
+    assert_invariants(lines, recs)
+    assert recs and recs[0].code == 79 and recs[0].host == "h"
+
+
+def test_absurd_stamps_leave_the_line_without_a_time_not_without_its_record() -> None:
+    recs = parse_kernel_log(
+        [
+            "[" + "9" * 400 + ".5] NVRM: Xid (PCI:0000:01:00): 79, a",
+            "kern  :warn  : 2025-01-21T04:41:44," + "9" * 5000 + "+00:00 NVRM: Xid (PCI:0000:01:00): 79, b",
+        ]
+    )
+    assert [r.code for r in recs] == [79, 79]
+    assert recs[0].ts is None and recs[0].uptime is None
+    assert recs[1].ts == pytest.approx(ts(2025, 1, 21, 4, 41, 44) + 0.999999999)
+
+
+def test_feed_message_takes_the_given_time_and_host() -> None:
+    p = KernelLogParser()
+    a = p.feed_message(
+        "NVRM: Xid (PCI:0000:91:00): 79, GPU has fallen off the bus.", ts=1.5e9, uptime=20.0, host="n1"
+    )
+    assert a is not None and (a.ts, a.uptime, a.host, a.code, a.pci_bus_id) == (
+        1.5e9,
+        20.0,
+        "n1",
+        79,
+        "0000:91:00",
+    )
+    b = p.feed_message("NVRM: Xid (PCI:0000:91:00): 13, x", ts=None, uptime=30.0, host=None)
+    assert b is not None and b.ts == 1.5e9 + 10.0  # the boot time learnt from the first applies
+    c = KernelLogParser().feed_message("NVRM: Xid (PCI:0000:91:00): 13, x", ts=None, uptime=30.0, host=None)
+    assert c is not None and c.ts is None and c.uptime == 30.0  # a /dev/kmsg record alone: boot-relative
+    assert p.feed_message("EXT4-fs (nvme0n1p2): re-mounted.", ts=1.5e9, uptime=1.0, host="n1") is None
+
+
+def test_journal_entries() -> None:
+    line = (
+        '{"__REALTIME_TIMESTAMP":"1764675527548779","__MONOTONIC_TIMESTAMP":"226137092",'
+        '"_SOURCE_MONOTONIC_TIMESTAMP":"226135892","_HOSTNAME":"worker4","_TRANSPORT":"kernel",'
+        '"MESSAGE":"NVRM: Xid (PCI:0000:91:00): 79, x"}'
+    )
+    assert parse_journal_entry(line) == (
+        "NVRM: Xid (PCI:0000:91:00): 79, x",
+        1764675527.548779,
+        226.135892,
+        "worker4",
+    )
+    as_bytes = '{"MESSAGE":[78,86,82,77,58,32,255],"__REALTIME_TIMESTAMP":"x"}'
+    assert parse_journal_entry(as_bytes) == ("NVRM: \ufffd", None, None, None)
+    assert parse_journal_entry('{"MESSAGE": 5}') is None
+    assert parse_journal_entry("[1.0] NVRM: not json") is None
+    huge = '{"MESSAGE":"m","__REALTIME_TIMESTAMP":"99999999999999999999999999"}'
+    assert parse_journal_entry(huge) == ("m", None, None, None)
 
 
 def test_repeated_xid_text_parses_the_same_with_its_own_time() -> None:

@@ -144,3 +144,30 @@ def test_own_h200_recording_replays_with_power_capping_under_gemm(db: Path) -> N
     assert (
         info["model"] == "NVIDIA H200" and info["driver"] == "580.159.04" and info["uuid"].startswith("GPU-")
     )
+
+
+def test_summary_lists_every_file_with_its_reader_and_what_it_stored(tmp_path: Path, db: Path) -> None:
+    d = tmp_path / "rec"
+    shutil.copytree(SCENARIOS / "app-xid", d)
+    (d / "README.md").write_text("# app-xid\n\nThis recording shows an application XID on one of the GPUs.\n")
+    r = run_cli("replay", str(d), "--db", str(db))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert out.startswith(f"{d}: 4 files: 2 read, 1 skipped, 1 ignored\n")
+    assert f"{d / 'dcgm-exporter.om.gz'} [OpenMetrics] " in out and "time: sample timestamps" in out
+    assert f"{d / 'kernel-gpu-30.log.gz'} [kernel log: syslog / journalctl short-iso] " in out
+    assert f"{d / 'README.md'} skipped: documentation (Markdown), not a recording" in out
+    assert f"{d / 'expect.json'} ignored: a scenario's expectations (expect.json)" in out
+    js = run_cli("replay", str(d), "--db", str(tmp_path / "j.duckdb"), "--json")
+    files = {Path(f["path"]).name: f for f in json.loads(js.stdout)["files"]}
+    assert (
+        files["kernel-gpu-30.log.gz"]["reader"] == "kernel log"
+        and files["kernel-gpu-30.log.gz"]["events"] > 0
+    )
+    assert files["README.md"]["status"] == "skipped" and files["README.md"]["reader"] is None
+
+
+def test_demo_still_shows_its_alerts() -> None:
+    r = run_cli("demo")
+    assert r.returncode == 0, r.stderr
+    assert "thermal" in r.stdout and "runbook: runbooks/" in r.stdout

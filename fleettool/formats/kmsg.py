@@ -323,7 +323,7 @@ class KernelLogParser:
         self.lineno += 1
         if "NVRM" not in message and "SXid" not in message and "Linux version" not in message:
             return None
-        message = message.rstrip("\r\n")[:8192]
+        message = message.split("\n", 1)[0].rstrip("\r")[:8192]  # a multi-line message: its first line
         ts = ts if _finite_time(ts) else None
         uptime = uptime if _finite_uptime(uptime) else None
         return self._line(message, self._uptime(ts, uptime, host))

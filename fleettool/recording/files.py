@@ -270,7 +270,7 @@ _NCCL_PATTERNS = [
 _RE_NCCL_ROW = _NCCL_PATTERNS[-1]
 _RE_NCCL_NOISE = re.compile(r"NCCL (?:INFO|WARN)|#\s*Using devices|#\s*nccl-tests|_perf\b|^#\s*$")
 
-_RE_MD = re.compile(r"^(?:#{1,6}\s+[A-Z`*\[]|```|\|.*\|\s*$|\s*[-*]\s+\S|\s*\d+\.\s+[A-Z`*])")
+_RE_MD = re.compile(r"^(?:#{1,6}\s+(?:[^\W\d_]|[`*\[])|```|\|.*\|\s*$|\s*[-*]\s+\S|\s*\d+\.\s+[A-Z`*])")
 _RE_WORD = re.compile(r"[^\W\d_]{2,}")
 
 
@@ -344,7 +344,7 @@ def identify_bytes(raw: bytes) -> Identity:
     ident = _identify_lines(lines)
     if ident.format == "metrics":
         fmt = refine_metrics(head)
-        return Identity(fmt, "OpenMetrics" if fmt == "openmetrics" else "Prometheus text exposition")
+        return Identity(fmt)
     return ident
 
 
@@ -425,7 +425,10 @@ def _identify_lines(lines: list[str]) -> Identity:
         and nccl_struct + nccl_noise >= max(2, (n * 3) // 10)
         and doc * 2 < n
     ):
-        return Identity("nccl-tests", "nccl-tests stdout")
+        return Identity("nccl-tests")
+    commas = lines[0].count(",") if lines else 0
+    if commas >= 2 and sum(1 for ln in lines if ln.count(",") >= commas) * 10 >= n * 6:
+        return Identity("unknown", why="a CSV table, not a recording")
     if doc >= max(1, n // 4):
         kind = "Markdown" if markdown else "prose"
         return Identity("unknown", why=f"documentation ({kind}), not a recording")

@@ -87,6 +87,9 @@ class FileReport:
 
     def stored(self) -> str:
         kernel = self.format.startswith("kmsg")
+        if self.format.startswith("nccl"):
+            runs = f"{self.runs} runs" if self.runs != 1 else "1 run"
+            return f"{runs} ({self.rows} table rows)"
         parts = [f"{self.rows} samples"] if self.rows or not (self.events or self.runs or kernel) else []
         if kernel or self.events:
             parts.append(f"{self.events} events" if self.events != 1 else "1 event")
@@ -174,7 +177,7 @@ def _own(path: Path, exclude: list[Path]) -> bool:
 
 def recording_files(root: Path) -> list[Path]:
     """Every file of the recording, sorted; nothing is left out here (see _ignored for what is not read)."""
-    if root.is_file():
+    if not root.is_dir():
         return [root]
     return sorted(p for p in root.rglob("*") if p.is_file() or (p.exists() and not p.is_dir()))
 
