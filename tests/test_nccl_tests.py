@@ -10,7 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleettool.formats.nccl_tests import clean_line, parse_nccl_json, parse_nccl_text, split_prefix
+from fleettool.formats.nccl_tests import (
+    NcclRow,
+    NcclRun,
+    clean_line,
+    infer_op,
+    parse_nccl_json,
+    parse_nccl_text,
+    split_prefix,
+)
 from fleettool.recording.files import iter_lines
 from tests.conftest import FIXTURES, run_cli
 
@@ -328,3 +336,17 @@ def test_json_out_of_range_numbers_are_issues_not_tracebacks() -> None:
     (run,) = runs
     assert [(r.size_bytes, r.oop_time_us, r.oop_wrong) for r in run.rows] == [(8, None, None)]
     assert run.ngpus is None and run.out_of_bounds is None
+
+
+def test_infer_op_last_resort() -> None:
+    def run(count: int, redop: str, root: int, ngpus: int = 8) -> NcclRun:
+        r = NcclRun(nthreads=1, ngpus=ngpus)
+        r.rows.append(NcclRow(1048576, count, "float", redop, root, 10.0, 1.0, 1.0, 0))
+        return r
+
+    assert infer_op(run(262144, "sum", -1)) == "all_reduce"
+    assert infer_op(run(262144 // 8, "sum", -1)) == "reduce_scatter"
+    assert infer_op(run(262144, "sum", 0)) == "reduce"
+    assert infer_op(run(262144, "none", 0)) == "broadcast"
+    assert infer_op(run(262144 // 8, "none", -1)) is None  # all_gather or alltoall: the rows cannot tell
+    assert infer_op(run(262144 // 8, "sum", -1, ngpus=1)) is None

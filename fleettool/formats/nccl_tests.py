@@ -486,21 +486,26 @@ _ELEM_SIZE = {
 
 
 def infer_op(run: NcclRun) -> str | None:
-    """The collective when the output does not name it: all-reduce rows have root -1, a reduction, and
-    count x element size = size (reduce_scatter and all_gather print the per-rank count)."""
+    """The collective from the rows when nothing names it (the last resort). nccl-tests prints the element count
+    per rank for reduce_scatter, all_gather, alltoall, gather and scatter, the whole count for the others; a
+    reduction has a redop, a rooted collective a root >= 0. all_gather and alltoall rows look alike, as do
+    gather and scatter: those stay None."""
     if not run.rows:
         return None
     r = run.rows[-1]
     el = _ELEM_SIZE.get(r.dtype or "")
-    if (
-        r.redop not in (None, "none")
-        and (r.root is None or r.root < 0)
-        and el
-        and r.count
-        and r.count * el == r.size_bytes
-    ):
-        return "all_reduce"
-    if r.redop == "none" and r.root is not None and r.root >= 0:
+    if not el or not r.count:
+        return None
+    whole = r.count * el == r.size_bytes
+    n = run.nranks
+    per_rank = n > 1 and r.count * el * n == r.size_bytes
+    reduces = r.redop not in (None, "none")
+    rooted = r.root is not None and r.root >= 0
+    if reduces and not rooted:
+        return "all_reduce" if whole else "reduce_scatter" if per_rank else None
+    if reduces and rooted and whole:
+        return "reduce"
+    if r.redop == "none" and rooted and whole:
         return "broadcast"
     return None
 
