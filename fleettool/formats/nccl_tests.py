@@ -3,9 +3,18 @@
 Every version seen in the wild (fixtures/samples/nccl-tests/SOURCES.md): with and without the `redop`/`root`
 columns, the old `error` column (`0e+00`) instead of `#wrong`, `N/A` in `#wrong` when validation is off,
 per-iteration columns (`-I 1`), `cputime`/`timestamp` columns, time values that turn integer past 10 ms,
-launcher prefixes (`srun -l`'s ` 0: `, mpirun's `[0]` even mid-line, `[1,0]<stdout>:`), stray `NCCL version` and
-`NCCL INFO` lines, '#' lost in pasted copies, tables cut off mid-row. One run per invocation: a new run starts
-at a new `# nThread` banner once the current one has rows, or after the footer.
+stray `NCCL version` and `NCCL INFO` lines, '#' lost in pasted copies, tables cut off mid-row.
+
+Launcher prefixes (fixtures/formats/nccl-tests/) are stripped before parsing, in any combination: timestamps
+(ISO, python logging, `[...]`, syslog with host and tag), SkyPilot `(head, rank=0, pid=N)`, mpirun
+`--tag-output` `[1,0]<stdout>:` (and `[0]` tags mid-line), `srun --label`, torchrun `[default0]:`/`[rank0]:`,
+`kubectl logs --prefix` `[pod/NAME/CONTAINER]`, `pod-name: ` and docker compose `svc | `. Lines are parsed per
+prefix (per rank, task or pod), so interleaved outputs do not mix.
+
+One run per invocation: a new run starts at a new `# nThread` banner once the current one has rows, or after the
+footer. A run is rows (under a header, or strictly row-shaped in an excerpt): a banner, a header or a footer
+alone, or prose quoting them, is not. A run that stops before `# Avg bus bandwidth` is kept, truncated=True.
+Numbers are ASCII and finite or they are NULL; a row-like line with other characters is a file:line issue.
 
 busbw as nccl-tests defines it (doc/PERFORMANCE.md): all-reduce algbw x 2(n-1)/n; `# Avg bus bandwidth` is the
 mean over every row (small sizes included), so `peak_busbw_gbps` is kept beside it.
