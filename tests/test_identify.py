@@ -433,7 +433,8 @@ def test_gzip_bomb_is_refused_past_the_cap(tmp_path: Path) -> None:
     f.write_bytes(member * 8)  # 128 MiB decompressed from a few hundred KiB
     r = run_cli("replay", str(f), "--db", str(tmp_path / "t.duckdb"), "--max-file-size", "64M", "--json")
     assert r.returncode == 3 and "Traceback" not in r.stderr
-    assert "decompresses to more than 64 MiB (a gzip bomb?); refused, nothing stored" in r.stderr
+    assert f"fleettool: {f}: decompresses to more than 64 MiB (a gzip bomb?); refused, nothing stored" in r.stderr
+    assert json.loads(r.stdout)["files"][0]["status"] == "failed"
 
 
 def test_xml_bomb_is_refused_without_expansion(tmp_path: Path) -> None:
@@ -445,7 +446,9 @@ def test_xml_bomb_is_refused_without_expansion(tmp_path: Path) -> None:
     f.write_text(doc)
     r = run_cli("replay", str(f), "--db", str(tmp_path / "t.duckdb"))
     assert r.returncode == 3 and "Traceback" not in r.stderr
-    assert "XML declares entities (<!ENTITY>); nvidia-smi never does: refused, not expanded" in r.stderr
+    assert r.stderr == (
+        f"fleettool: {f}: XML declares entities (<!ENTITY>); nvidia-smi never does: refused, not expanded\n"
+    )
 
 
 def test_corrupt_gzip_is_named(tmp_path: Path) -> None:

@@ -256,7 +256,7 @@ def _ingest_one(store: Store, path: Path, root: Path, opts: IngestOptions) -> Fi
     except (InputTooLarge, XmlRefused) as e:
         _rollback(store, rep)
         rep.skipped = str(e).removeprefix(f"{path}: ")
-        print(f"fleettool: {e}", file=sys.stderr)
+        print(f"fleettool: {path}: {rep.skipped}", file=sys.stderr)
         return rep
     except Exception as e:  # one bad file never stops the others, and never shows a traceback
         _rollback(store, rep)
