@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +142,49 @@ def test_demo_runs_without_gpu_or_server_and_shows_findings() -> None:
     assert "h200-vm gpu 0 NVIDIA H200" in out
     assert "gpu-07 gpu 2" in out and "sw_thermal_slowdown" in out  # the thermal fault in the bundled scenario
     assert "normal: sw_power_cap" in out  # power capping is shown as normal, not as a finding
+
+
+def test_an_unexpected_exception_is_one_line_and_exit_70() -> None:
+    """The last line of defence: a bug is one line (and FLEETTOOL_DEBUG=1 gives the traceback)."""
+    code = (
+        "import sys\n"
+        "from fleettool.cli import app, main\n"
+        "@app.command('boom')\n"
+        "def boom() -> None:\n"
+        "    raise KeyError('no such\\nthing')\n"
+        "sys.argv = ['fleettool', 'boom']\n"
+        "main()\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 70, r.stderr
+    assert r.stderr.splitlines() == [
+        "fleettool: internal error: KeyError: 'no such\\nthing' "
+        "(set FLEETTOOL_DEBUG=1 for the traceback; please report it)"
+    ]
+    env = {**os.environ, "FLEETTOOL_DEBUG": "1"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode != 0 and "Traceback" in r.stderr and "KeyError" in r.stderr
+
+
+def test_usage_errors_are_one_line_naming_the_option(db: Path) -> None:
+    for args, needle in (
+        (("events", "--limit", "-1"), "--limit"),
+        (("events", "--limitt", "3"), "--limitt"),
+        (("silence", "add", "--node", "n", "--for", "0"), "--for"),
+        (("agent", "--interval", "0s"), "--interval"),
+    ):
+        r = run_cli(*args, "--db", str(db))
+        assert r.returncode == 2, (args, r.stderr)
+        (line,) = r.stderr.splitlines()
+        assert line.startswith(f"fleettool: {args[0]}") and needle in line and "--help" in line, line
+    assert not db.exists()  # none of them created the database
+
+
+def test_help_lists_every_exit_code() -> None:
+    from fleettool.cli.exit_codes import ExitCode
+
+    text = " ".join(run_cli("--help").stdout.split())
+    for code in ExitCode:
+        if code != ExitCode.OK:
+            assert f"; {int(code)} " in text, code
+    assert "5 not a fleettool database" in text and "8 something needed is unavailable" in text
