@@ -324,7 +324,7 @@ def test_strict_fails_on_a_skip_after_reading_the_rest(tmp_path: Path) -> None:
     assert (
         r.stderr.strip()
         .splitlines()[-1]
-        .startswith("fleettool: --strict: 1 files not fully read (notes.txt: ")
+        .startswith("fleettool: --strict: 1 file not fully read (notes.txt: ")
     )
     assert len(events(db)) == 1  # the good file was stored
     assert (

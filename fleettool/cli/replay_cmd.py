@@ -211,9 +211,8 @@ def _replay(
             why = "; ".join(
                 f"{Path(r.path).name}: {r.skipped or 'partial: ' + '; '.join(r.partial)}" for r in unsaid
             )
-            raise die(
-                f"--strict: {len(unsaid) + len(failed)} files not fully read ({why})", ExitCode.BAD_INPUT
-            )
+            n = len(unsaid) + len(failed)
+            raise die(f"--strict: {n} file{'s' if n != 1 else ''} not fully read ({why})", ExitCode.BAD_INPUT)
         raise typer.Exit(int(ExitCode.BAD_INPUT))
 
 
