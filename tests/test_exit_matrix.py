@@ -194,6 +194,7 @@ def _number_cases() -> Iterator[Case]:
     yield Case(("burnin",), ("--node", "{host}", "--duration", "0s", "--no-store"), USAGE, "--duration", "0s")
     yield Case(("burnin",), ("--node", "{host}", "--tests", "gemm,nope"), USAGE, "--tests", "unknown test")
     yield Case(("tui",), ("--db", "{store}", "--refresh", "0"), USAGE, "--refresh", "--refresh 0")
+    yield Case(("alerts",), ("--db", "{store}", "--state", "open"), USAGE, "--state", "--state not a state")
     yield Case(("node",), ("gpu-17", "explode", "--db", "{store}"), USAGE, "explode", "unknown action")
 
 

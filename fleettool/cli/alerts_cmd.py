@@ -19,6 +19,7 @@ DbOpt = Annotated[Path, typer.Option(help="DuckDB file")]
 WhoOpt = Annotated[str, typer.Option("--by", help="who (default: $USER)")]
 ReasonOpt = Annotated[str, typer.Option("--reason", "-m", help="why")]
 
+ALERT_STATES = ("pending", "firing", "resolved")  # what the store's alerts.state holds
 alerts_app = typer.Typer(invoke_without_command=True)
 silence_app = typer.Typer(help="Mute matching alerts until a time.", no_args_is_help=True)
 
@@ -48,6 +49,10 @@ def alerts(
         "runbook FROM alerts"
     )
     params: list[Any] = []
+    if state and state not in ALERT_STATES:
+        raise typer.BadParameter(
+            f"{state!r} is not a state (one of {', '.join(ALERT_STATES)})", param_hint="--state"
+        )
     if state:
         sql += " WHERE state = ?"
         params.append(state)
