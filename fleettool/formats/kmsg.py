@@ -188,6 +188,7 @@ class KernelLogParser:
         self._cache_off_at = 0
         self._prefix_cache: dict[str, tuple[float | None, str | None]] = {}
         self.lineno = 0
+        self.year_used = False  # a syslog stamp (which carries no year) took self.year
 
     # -- time and host -----------------------------------------------------------------------------------
     def _prefix(self, prefix: str) -> tuple[float | None, float | None, str | None]:
@@ -289,6 +290,7 @@ class KernelLogParser:
             return None
         if self.year is None:
             return None
+        self.year_used = True
         if self._last_month is not None and mon < self._last_month and self._last_month - mon > 6:
             self.year += 1  # December -> January: the log crossed a new year
             self._syslog_cache.clear()

@@ -183,7 +183,7 @@ def read_kernel_log(store: Store, path: Path, opts: IngestOptions, rep: FileRepo
     year, year_src = _context_year(store, path, opts)
     parser = KernelLogParser(year=year, host=None)
     _kernel_records(store, path, opts, rep, parser.feed_all(iter_lines(path)))
-    if parser._syslog_cache or parser._last_month is not None:  # syslog stamps were read: they carry no year
+    if parser.year_used:  # syslog stamps were read: they carry no year
         rep.notes.append(f"syslog stamps carry no year: {year} taken from {year_src}")
 
 
