@@ -433,7 +433,10 @@ def test_gzip_bomb_is_refused_past_the_cap(tmp_path: Path) -> None:
     f.write_bytes(member * 8)  # 128 MiB decompressed from a few hundred KiB
     r = run_cli("replay", str(f), "--db", str(tmp_path / "t.duckdb"), "--max-file-size", "64M", "--json")
     assert r.returncode == 3 and "Traceback" not in r.stderr
-    assert f"fleettool: {f}: decompresses to more than 64 MiB (a gzip bomb?); refused, nothing stored" in r.stderr
+    assert (
+        f"fleettool: {f}: decompresses to more than 64 MiB (a gzip bomb?); refused, nothing stored"
+        in r.stderr
+    )
     assert json.loads(r.stdout)["files"][0]["status"] == "failed"
 
 
