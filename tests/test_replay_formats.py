@@ -41,24 +41,9 @@ def _sql(db: Path, q: str) -> list[tuple[object, ...]]:
         con.close()
 
 
-# Identification is recording/files.py's (not this slice's). These two fail there, not in the parsers (both parse
-# right when handed to them: tests/test_nccl_tests.py, tests/test_openmetrics.py); strict, so a fix shows up.
-SYSLOG_AS_KMSG = pytest.mark.xfail(
-    strict=True,
-    reason="recording/files.py identify: `May  1 12:00:00 node005 nccl-tests[29520]: # nThread ...` lines match "
-    "the syslog kernel-log shape, so the file goes to the kmsg reader (0 runs)",
-)
-FIRST_TS_DECIDES = pytest.mark.xfail(
-    strict=True,
-    reason="recording/files.py _fractional_ts: the first sample's timestamp (-5) makes a Prometheus file "
-    "'openmetrics' (millis=False), so its millisecond timestamps are all out of range; it should skip "
-    "implausible timestamps (formats.openmetrics.decide_millis) or pass millis=None without `# EOF`",
-)
-
-
 @pytest.mark.parametrize(
     "fixture",
-    [pytest.param(f, marks=SYSLOG_AS_KMSG) if f == "syslog.txt" else f for f in sorted(LAUNCHER_FIXTURES)],
+    sorted(LAUNCHER_FIXTURES),
 )
 def test_replay_nccl_launcher_shape_under_an_arbitrary_name(tmp_path: Path, fixture: str) -> None:
     op, nranks, nodes, nrows, avg, peak = LAUNCHER_FIXTURES[fixture]
@@ -116,7 +101,6 @@ def test_replay_curl_scrape_without_timestamps_stores_samples(tmp_path: Path, fi
     assert sorted(str(n) for (n,) in _sql(db, "SELECT DISTINCT node FROM samples")) == nodes
 
 
-@FIRST_TS_DECIDES
 def test_replay_bad_labels_and_timestamps(tmp_path: Path) -> None:
     db, files = _replay(tmp_path, {"x.prom": PROM / "bad-labels-and-timestamps.prom"})
     rep = files["x.prom"]

@@ -153,7 +153,8 @@ def load_case_inputs(store: Store, case: dict[str, Any], base: Path) -> None:
     for f in case.get("input_files") or []:
         from fleettool.recording.reader import IngestOptions, ingest
 
-        ingest(store, (base / f).resolve(), IngestOptions(quiet=True))
+        # files that carry no time of their own sit at the start of the test's time axis, as input_nccl_runs do
+        ingest(store, (base / f).resolve(), IngestOptions(quiet=True, at=0.0))
 
 
 def firing_at(findings: list[Finding], t: float) -> list[Finding]:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fleettool.formats.openmetrics import decide_millis
+
 GZIP_MAGIC = b"\x1f\x8b"
 MAX_BYTES = 2 << 30  # decompressed bytes per file
 DOC_LIMIT = 256 << 20  # a whole document held in memory (nvidia-smi XML, nccl-tests JSON)
@@ -379,6 +381,22 @@ def _identify_lines(lines: list[str]) -> Identity:
         if _RE_KMSG_RAW.match(ln) or _RE_KMSG_CONT.match(ln):
             raw_kmsg += 1
             continue
+        if (
+            "kernel:" not in ln
+            and not _RE_GPU_KERNEL.search(ln)
+            and not _RE_EXPO_COMMENT.match(ln)
+            and not _RE_EXPO_SAMPLE.match(ln)
+        ):
+            # another program's lines in a syslog or journal (`host nccl-tests[29520]: # nThread 1 ...`) match the
+            # syslog shape; what they say decides, so nccl-tests output logged through syslog stays nccl-tests
+            nk = [i for i, rx in enumerate(_NCCL_PATTERNS) if rx.search(ln)]
+            if nk:
+                nccl_struct += 1
+                nccl_kinds.update(nk)
+                continue
+            if _RE_NCCL_NOISE.search(ln):
+                nccl_noise += 1
+                continue
         hit = False
         for name, rx in _KSHAPES:
             if rx.match(ln):
@@ -396,14 +414,6 @@ def _identify_lines(lines: list[str]) -> Identity:
             continue
         if _RE_EXPO_SAMPLE.match(ln):
             expo += 1
-            continue
-        nk = [i for i, rx in enumerate(_NCCL_PATTERNS) if rx.search(ln)]
-        if nk:
-            nccl_struct += 1
-            nccl_kinds.update(nk)
-            continue
-        if _RE_NCCL_NOISE.search(ln):
-            nccl_noise += 1
             continue
         if _RE_MD.match(ln):
             markdown += 1
@@ -449,8 +459,11 @@ def refine_metrics(head: str) -> str:
         if not ln or ln.startswith("#"):
             continue
         ts = sample_timestamp(ln)
-        if ts is not None:
-            return "openmetrics" if ts < 1e11 else "prometheus"
+        # the first plausible timestamp decides: one absurd value (-5, 1e30) must not turn a file of milliseconds
+        # into seconds, which would put every other sample out of range
+        millis = decide_millis(ts) if ts is not None else None
+        if millis is not None:
+            return "prometheus" if millis else "openmetrics"
     return "prometheus"
 
 
