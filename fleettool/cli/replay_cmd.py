@@ -56,7 +56,7 @@ def _line(r: Any) -> str:
         return f"{r.path} {tag}skipped: {r.skipped}"
     out = f"{r.path} {what} {r.stored()}"
     if r.issues:
-        out += f", {len(r.issues)} bad lines skipped (first: line {r.issues[0].line})"
+        out += f", {len(r.issues)} issues (first: line {r.issues[0].line})"
     if r.partial:
         out += "\n    partial: " + "; ".join(r.partial)
     if r.time_source:

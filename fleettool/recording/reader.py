@@ -266,10 +266,12 @@ def _ingest_one(store: Store, path: Path, root: Path, opts: IngestOptions) -> Fi
         return rep
     if not opts.quiet:
         for issue in rep.issues[: opts.max_issue_lines]:
-            print(f"fleettool: {issue} (skipped)", file=sys.stderr)
+            # an issue whose message says what was kept (a bad gpu label keeps its samples) is not "skipped"
+            note = "" if "kept" in issue.message else " (skipped)"
+            print(f"fleettool: {issue}{note}", file=sys.stderr)
         if len(rep.issues) > opts.max_issue_lines:
             print(
-                f"fleettool: {path}: {len(rep.issues) - opts.max_issue_lines} more bad lines skipped",
+                f"fleettool: {path}: {len(rep.issues) - opts.max_issue_lines} more issues (see --json)",
                 file=sys.stderr,
             )
     return rep
