@@ -160,6 +160,12 @@ def register(app: typer.Typer) -> None:
                 f"unknown collector {', '.join(sorted(off - COLLECTORS))} (one of {', '.join(sorted(COLLECTORS))})",
                 param_hint="--no-collector",
             )
+        if kmsg != "off" and "kmsg" not in off:
+            from fleettool.sources.kmsg import check_spec
+
+            # a path the user typed must exist (a typo would otherwise collect nothing, quietly)
+            if (why := check_spec(kmsg)) is not None:
+                raise die(why, ExitCode.BAD_INPUT)
         collectors = _build(
             name, source, gpus, inject, recording, fake_costs, ivl, expect_gpus, kmsg, dcgm_exporter
         )
