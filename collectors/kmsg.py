@@ -1,18 +1,26 @@
 """The kernel-log collector: XIDs, SXids, fallen-off-the-bus and GSP timeouts as events, live.
 
-Lines come from an injected LineSource (/dev/kmsg, journalctl, a followed file); the pure parser turns them into
+Lines come from an injected LineSource (/dev/kmsg, journalctl, a FIFO, a followed file: see
+fleettool.sources.kmsg, which picks the reader by what a `--kmsg PATH` is); the pure parser turns them into
 records. The driver's `GPU at PCI:...: GPU-<uuid>` lines become inventory (PCI id -> UUID), so the store can
 give each XID its GPU index; the agent resolves that at flush from NVML's or dcgm-exporter's inventory.
+
+Whatever keeps it from reading (a path that is missing, a directory, a socket, a device that is not
+/dev/kmsg, no permission) makes it unavailable with that reason: the agent goes on, reports
+agent_collector_available{collector="kmsg"}=0 and an agent event naming the reason, and looks at the path
+again each tick. `fleettool agent` refuses a missing explicit path before it starts (sources.kmsg.check_spec):
+a path someone typed is meant to be read, and a typo must not pass for a quiet kernel log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 
 from fleettool.collectors.base import Collected
 from fleettool.formats.kmsg import KernelLogParser, record_to_event
-from fleettool.model import GpuInfo
+from fleettool.model import Event, GpuInfo
 from fleettool.sources.base import SourceUnavailable
 from fleettool.sources.kmsg import LineSource, open_auto
 
@@ -35,7 +43,9 @@ class KmsgCollector:
         return self._reason
 
     def inflight(self) -> str | None:
-        return f"reading {self.source.name}" if self.source is not None else None
+        if self.source is None:
+            return f"opening {self.spec}"
+        return f"reading {self.source.name}"
 
     def start(self) -> bool:
         try:
@@ -44,7 +54,7 @@ class KmsgCollector:
             else:
                 self.source.open()
         except SourceUnavailable as e:
-            self._reason = str(e)
+            self._reason = str(e)  # a path is looked at again (os.stat) on the next try
             return False
         self._reason = None
         # journal lines have no year only in the short format; short-iso (what we ask for) has one
@@ -78,7 +88,5 @@ class KmsgCollector:
                 self.source.close()
 
 
-def _renode(ev, node):  # type: ignore[no-untyped-def]
-    import dataclasses
-
+def _renode(ev: Event, node: str) -> Event:
     return dataclasses.replace(ev, node=node)

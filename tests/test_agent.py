@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,6 +21,74 @@ def _start(*args: str) -> subprocess.Popen[str]:
     exe = shutil.which("fleettool")
     cmd = [exe, "agent", *args] if exe else [sys.executable, "-m", "fleettool", "agent", *args]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class AgentProcess:
+    """A real `fleettool agent` process with /metrics on a free loopback port: wait for what /metrics says,
+    then SIGTERM it and get (exit code, stderr, seconds it took to stop)."""
+
+    def __init__(self, *args: str, argv: list[str] | None = None, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        tail = ["--metrics-port", str(self.port), "--metrics-addr", "127.0.0.1"]
+        if argv is None:
+            exe = shutil.which("fleettool")
+            argv = [exe, "agent"] if exe else [sys.executable, "-m", "fleettool", "agent"]
+        self.proc = subprocess.Popen(
+            [*argv, *args, *tail],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+
+    def metrics(self) -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
+                return str(r.read().decode())
+        except OSError:
+            return ""
+
+    def wait_metrics(self, *needles: str, timeout: float = 45) -> str:
+        """/metrics once it has every needle; fails naming the missing ones (and the agent's stderr)."""
+        end = time.monotonic() + timeout
+        body = ""
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"agent exited {self.proc.returncode}: {self.proc.stderr.read()}")  # type: ignore[union-attr]
+            body = self.metrics()
+            if body and all(n in body for n in needles):
+                return body
+            time.sleep(0.2)
+        missing = [n for n in needles if n not in body]
+        self.stop()
+        raise AssertionError(f"/metrics never showed {missing}")
+
+    def stop(self, timeout: float = 15) -> tuple[int, str, float]:
+        t0 = time.monotonic()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            _out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _out, err = self.proc.communicate()
+            raise AssertionError(f"SIGTERM did not stop the agent within {timeout:g}s: {err}") from None
+        return self.proc.returncode, err, time.monotonic() - t0
+
+    def __enter__(self) -> AgentProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
 
 
 def _wait_rows(db: Path, sql: str, minimum: int, timeout: float = 30) -> int:

@@ -158,7 +158,7 @@ def test_dcgm_exporter_down_is_unavailable_then_failing(exporter: tuple[str, lis
 def test_counters_csv_fields_all_map() -> None:
     from fleettool.metrics import map_dcgm_name
 
-    csv = (FIXTURES.parent / "deploy" / "dcgm-exporter" / "fleettool-counters.csv").read_text()
+    csv = (FIXTURES.parent / "deploy" / "kubernetes" / "fleettool-counters.csv").read_text()
     fields = [ln.split(",")[0].strip() for ln in csv.splitlines() if ln.strip() and not ln.startswith("#")]
     assert len(fields) >= 50
     unmapped = [f for f in fields if map_dcgm_name(f) is None and f != "DCGM_FI_DRIVER_VERSION"]

@@ -54,8 +54,59 @@ def test_kustomization_lists_every_file_and_the_counters_csv() -> None:
     k = yaml.safe_load((K8S / "kustomization.yaml").read_text())
     files = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml"}
     assert set(k["resources"]) == files
-    src = k["configMapGenerator"][0]["files"][0].split("=", 1)[1]
-    assert (K8S / src).resolve().exists()
+    src = k["configMapGenerator"][0]["files"][0].split("=", 1)[-1]
+    csv = (K8S / src).resolve()
+    assert csv.exists() and csv.parent == K8S.resolve()  # kustomize reads no file outside its folder
+    # one copy of the counters: the ConfigMap's and the one a by-hand dcgm-exporter is given
+    assert sorted((ROOT / "deploy").rglob("*counters*.csv")) == [csv]
+
+
+def rendered() -> list[dict[str, Any]]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: `kubectl kustomize deploy/kubernetes` cannot be rendered here")
+    r = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def test_kustomize_renders_and_every_object_validates() -> None:
+    kv = pytest.importorskip("kubernetes_validate")
+    version = kv.utils.latest_version()
+    objs = rendered()
+    kinds = sorted(d["kind"] for d in objs)
+    assert kinds == sorted(
+        ["Namespace", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding", "ClusterRole"]
+        + ["ClusterRoleBinding", "ConfigMap", "Service", "Service", "DaemonSet", "DaemonSet", "ServiceMonitor"]
+    )
+    for d in objs:
+        if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+            assert d["metadata"]["namespace"] == "fleettool", d["metadata"]["name"]
+        if d["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # a CRD (Prometheus Operator): shape checked in test_servicemonitor_shape
+        kv.validate(d, version, strict=True)
+        for c in containers(d):  # the invariants of test_least_privilege, on what is applied
+            sc = c["securityContext"]
+            assert sc.get("privileged") is not True and sc["allowPrivilegeEscalation"] is False, c["name"]
+            assert sc["readOnlyRootFilesystem"] is True and sc["capabilities"]["drop"] == ["ALL"], c["name"]
+    agent = [d for d in objs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "fleettool-agent"][0]
+    (c,) = containers(agent)
+    assert c["image"] == "ghcr.io/fleettool/fleettool:0.1.0"
+    assert c["securityContext"]["capabilities"]["add"] == ["SYSLOG"] and "--kmsg=/dev/kmsg" in c["args"]
+
+
+def test_rendered_configmap_is_the_csv_dcgm_exporter_mounts_and_reads() -> None:
+    objs = rendered()
+    (cm,) = [d for d in objs if d["kind"] == "ConfigMap"]
+    csv = (K8S / "fleettool-counters.csv").read_text()
+    assert cm["data"] == {"fleettool-counters.csv": csv}
+    dcgm = [d for d in objs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "dcgm-exporter"][0]
+    pod = dcgm["spec"]["template"]["spec"]
+    vol = [v for v in pod["volumes"] if "configMap" in v][0]
+    assert vol["configMap"]["name"] == cm["metadata"]["name"]  # kustomize's hashed name, rewritten here
+    (c,) = pod["containers"]
+    mount = [m for m in c["volumeMounts"] if m["name"] == vol["name"]][0]
+    assert c["args"][c["args"].index("-f") + 1] == f"{mount['mountPath']}/fleettool-counters.csv"
 
 
 def test_least_privilege() -> None:

@@ -110,12 +110,21 @@ class Agent:
         self._started = True
         now = self.clock()
         for c in self.collectors:
-            if not c.start():
+            if self._stop.is_set():  # SIGTERM while starting: open nothing more
+                break
+            # on the collector's own thread, under the watchdog: an open that blocks (a driver stuck in
+            # init, a path on a hung mount) cannot hold up the loop or SIGTERM
+            res = self.runners[c.id].start()
+            if res.status == "hung":
+                msg = f"collector {c.id} hung for more than {self.cfg.watchdog_s:g}s starting ({res.detail})"
+            elif res.status == "error":
+                msg = f"collector {c.id} failed to start: {res.detail}"
+            elif not res.started:
                 msg = f"collector {c.id} unavailable: {c.reason}"
-                self.log(msg + " (will retry)")
-                self._add(
-                    Collected(events=[Event(now, self.cfg.node, EventKind.AGENT.value, msg, source=c.id)])
-                )
+            else:
+                continue
+            self.log(msg + " (will retry)")
+            self._event(now, msg, c.id)
 
     def run(self) -> AgentStats:
         self.start()

@@ -21,13 +21,16 @@ class RunResult:
     status: str  # ok | error | hung | still-hung | recovered | down
     duration_s: float
     detail: str = ""
+    started: bool | None = None  # for start(): whether the collector came up
 
 
 class _Job:
-    def __init__(self, now: float) -> None:
+    def __init__(self, now: float, start: bool = False) -> None:
         self.now = now
+        self.start = start  # collector.start() rather than collect(): opening a source may block too
         self.done = threading.Event()
         self.result: Collected | None = None
+        self.started: bool | None = None
         self.error: BaseException | None = None
 
 
@@ -50,7 +53,10 @@ class CollectorRunner:
             if job is None:
                 return
             try:
-                job.result = self.collector.collect(job.now)
+                if job.start:
+                    job.started = self.collector.start()
+                else:
+                    job.result = self.collector.collect(job.now)
             except BaseException as e:  # reported by run(); a collector bug must not kill the agent
                 job.error = e
             job.done.set()
@@ -75,6 +81,22 @@ class CollectorRunner:
         if job.error is not None:
             return RunResult(None, "error", time.monotonic() - t0, f"{type(job.error).__name__}: {job.error}")
         return RunResult(job.result, "ok", time.monotonic() - t0)
+
+    def start(self) -> RunResult:
+        """collector.start() on the worker, waited for at most `limit_s` (a blocking open, a driver that
+        hangs in init): status ok (collected=None; `started` says whether it came up), error, or hung; a
+        hung start is reported by run() as still-hung until it returns, like a hung collection."""
+        t0 = time.monotonic()
+        job = _Job(0.0, start=True)
+        self._jobs.put(job)
+        if not job.done.wait(self.limit_s):
+            self._stuck = job
+            self._stuck_since = t0
+            self.hung_call = self.collector.inflight() or "start"
+            return RunResult(None, "hung", time.monotonic() - t0, self.hung_call)
+        if job.error is not None:
+            return RunResult(None, "error", time.monotonic() - t0, f"{type(job.error).__name__}: {job.error}")
+        return RunResult(None, "ok", time.monotonic() - t0, started=bool(job.started))
 
     def close(self) -> None:
         self._jobs.put(None)

@@ -1,8 +1,25 @@
-"""Where kernel-log lines come from, live: /dev/kmsg, `journalctl -k -f`, or a log file followed like `tail -F`.
+"""Where kernel-log lines come from, live: /dev/kmsg, `journalctl -k -f`, a FIFO, or a log file followed like
+`tail -F`.
 
-Each source hands out lines that the kernel-log parser understands, without blocking: `read(max_lines)` returns
-what is there now. /dev/kmsg records carry microseconds since boot; the source turns them into `dmesg`-style
-`[uptime]` lines and knows the boot time (wall clock minus CLOCK_BOOTTIME), which the parser uses for wall time.
+`--kmsg PATH` is read by what the path *is* (os.stat), never by its name:
+
+| the path is             | read as                                                                     |
+|-------------------------|-----------------------------------------------------------------------------|
+| the kernel log device   | the /dev/kmsg record stream, non-blocking (char device 1:11, any path:      |
+| (char device 1:11)      | a container's hostPath mount keeps the numbers)                             |
+| a FIFO                  | a pipe, non-blocking: no writer yet, or the writer gone, is just no lines   |
+| a regular file          | followed from its end like `tail -F`: survives rotation and truncation      |
+| missing                 | `KmsgPathMissing`: `fleettool agent` refuses it at start (check_spec): a    |
+|                         | path someone typed is meant to be read, a typo must not look like a quiet   |
+|                         | kernel log; gone later (or in a library caller), unavailable like the next  |
+| a directory, a socket,  | unavailable, with the reason (`SourceUnavailable`): the agent goes on and   |
+| a block or other device | says so in agent_collector_available{collector="kmsg"} and an agent event   |
+
+No source blocks: every open is O_NONBLOCK or of a regular file, and `read(max_lines)` returns what is there
+now, bounded, so neither start-up nor SIGTERM waits on a kernel log.
+
+/dev/kmsg records carry microseconds since boot; the source turns them into `dmesg`-style `[uptime]` lines and
+knows the boot time (wall clock minus CLOCK_BOOTTIME), which the parser uses for wall time.
 """
 
 from __future__ import annotations
@@ -12,13 +29,23 @@ import errno
 import os
 import queue
 import shutil
+import stat
 import subprocess
 import threading
 import time
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from fleettool.formats.kmsg import parse_kmsg_record
 from fleettool.sources.base import SourceUnavailable
+
+KMSG_DEVICE = (1, 11)  # major, minor of /dev/kmsg (Documentation/admin-guide/devices.txt)
+KEYWORDS = ("auto", "kmsg", "journal", "off")  # --kmsg values that are not paths
+MAX_READ_BYTES = 1 << 20  # per read() call of a pipe or file: a flood is read over several ticks
+SOURCE_HINT = "give /dev/kmsg, a FIFO or a log file; or --kmsg auto, journal or off"
+
+
+class KmsgPathMissing(SourceUnavailable):
+    """An explicit --kmsg path that does not exist (refused at start, not retried quietly)."""
 
 
 class LineSource(Protocol):
@@ -37,6 +64,13 @@ def boot_time_now() -> float:
     return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
+def _why(path: str, e: OSError) -> str:
+    msg = f"{path}: {e.strerror or e}"
+    if e.errno in (errno.EPERM, errno.EACCES):
+        msg += " (reading the kernel log needs CAP_SYSLOG where kernel.dmesg_restrict=1, or read access to a file)"
+    return msg
+
+
 class DevKmsgSource:
     """/dev/kmsg, non-blocking. from_start=False skips the backlog (the agent's default after its first start)."""
 
@@ -51,18 +85,33 @@ class DevKmsgSource:
 
     def open(self) -> None:
         try:
-            self.fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as e:
-            raise SourceUnavailable(f"{self.path}: {e.strerror}") from e
-        if not self.from_start:
-            os.lseek(self.fd, 0, os.SEEK_END)
+            raise SourceUnavailable(_why(self.path, e)) from e
+        try:
+            st = os.fstat(fd)
+            dev = (os.major(st.st_rdev), os.minor(st.st_rdev))
+            if not stat.S_ISCHR(st.st_mode) or dev != KMSG_DEVICE:
+                raise SourceUnavailable(
+                    f"{self.path}: not the kernel log device (a /dev/kmsg is character device "
+                    f"{KMSG_DEVICE[0]}:{KMSG_DEVICE[1]}); {SOURCE_HINT}"
+                )
+            if not self.from_start:
+                os.lseek(fd, 0, os.SEEK_END)
+        except OSError as e:
+            os.close(fd)
+            raise SourceUnavailable(_why(self.path, e)) from e
+        except SourceUnavailable:
+            os.close(fd)
+            raise
+        self.fd = fd
         self.boot_time = boot_time_now()
 
     def read(self, max_lines: int) -> list[str]:
         if self.fd is None:
             return []
         out: list[str] = []
-        while len(out) < max_lines:
+        for _ in range(max(max_lines, 1)):  # one record per read(): bounded by records, not only by lines
             try:
                 rec = os.read(self.fd, 16384)  # one record per read; a smaller buffer fails with EINVAL
             except BlockingIOError:
@@ -81,7 +130,71 @@ class DevKmsgSource:
             for i, part in enumerate(msg.split("\n")):
                 if i == 0 or part.strip():
                     out.append(f"[{usec / 1e6:12.6f}] {part}")
+            if len(out) >= max_lines:
+                break
         return out
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class FifoSource:
+    """A named pipe (`mkfifo`), read without blocking: opening it needs no writer, a writer that has not come
+    yet or has gone away reads as no lines, and a FIFO removed and made again is reopened."""
+
+    name = "fifo"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd: int | None = None
+        self._ino: int | None = None
+        self._rest = b""
+        self.boot_time: float | None = None
+
+    def open(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: returns at once, writer or not
+        except OSError as e:
+            raise SourceUnavailable(_why(self.path, e)) from e
+        st = os.fstat(fd)
+        if not stat.S_ISFIFO(st.st_mode):
+            os.close(fd)
+            raise SourceUnavailable(f"{self.path}: no longer a FIFO; {SOURCE_HINT}")
+        self.fd, self._ino = fd, st.st_ino
+
+    def _reopen_if_replaced(self) -> None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return  # gone for now: keep the open one
+        if stat.S_ISFIFO(st.st_mode) and st.st_ino != self._ino:
+            self.close()
+            self.open()
+
+    def read(self, max_lines: int) -> list[str]:
+        if self.fd is None:
+            return []
+        data = b""
+        eof = False
+        while len(data) < MAX_READ_BYTES:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except BlockingIOError:  # a writer is there, nothing to read now
+                break
+            if not chunk:  # no writer (yet, or any more)
+                eof = True
+                break
+            data += chunk
+        if eof:
+            self._reopen_if_replaced()
+        parts = (self._rest + data).split(b"\n")
+        self._rest = parts.pop()
+        if eof and self._rest:  # the writer left without a final newline: the line is complete
+            parts.append(self._rest)
+            self._rest = b""
+        return [p.decode("utf-8", "replace") for p in parts[:max_lines]]
 
     def close(self) -> None:
         if self.fd is not None:
@@ -106,7 +219,12 @@ class JournalSource:
             raise SourceUnavailable(f"{self.argv[0]}: not installed")
         try:
             self.proc = subprocess.Popen(
-                self.argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, errors="replace"
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                errors="replace",
             )
         except OSError as e:
             raise SourceUnavailable(f"{self.argv[0]}: {e}") from e
@@ -143,38 +261,51 @@ class JournalSource:
 
 
 class FileFollowSource:
-    """A log file followed like `tail -F`: survives rotation (new inode) and truncation."""
+    """A regular log file followed like `tail -F`: survives rotation (new inode) and truncation."""
 
     name = "file"
 
     def __init__(self, path: str, *, from_start: bool = False) -> None:
         self.path = path
         self.from_start = from_start
-        self.f: object | None = None
-        self._fh = None  # type: ignore[var-annotated]
+        self._fh: BinaryIO | None = None
         self._ino: int | None = None
         self._rest = b""
         self.boot_time: float | None = None
 
+    def _open_regular(self) -> BinaryIO:
+        # O_NONBLOCK: if the path was swapped for a FIFO between stat and open, the open still returns
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise SourceUnavailable(f"{self.path}: no longer a regular file; {SOURCE_HINT}")
+        self._ino = st.st_ino
+        return os.fdopen(fd, "rb")
+
     def open(self) -> None:
         try:
-            self._fh = open(self.path, "rb")  # noqa: SIM115 - kept open while following
+            self._fh = self._open_regular()
         except OSError as e:
-            raise SourceUnavailable(f"{self.path}: {e.strerror}") from e
-        self._ino = os.fstat(self._fh.fileno()).st_ino
+            raise SourceUnavailable(_why(self.path, e)) from e
         if not self.from_start:
             self._fh.seek(0, os.SEEK_END)
 
     def _reopen_if_rotated(self) -> None:
         try:
             st = os.stat(self.path)
-        except FileNotFoundError:
-            return
+        except OSError:
+            return  # rotated away and not made again yet: keep reading the old one
         assert self._fh is not None
         if st.st_ino != self._ino:
+            if not stat.S_ISREG(st.st_mode):
+                return  # replaced by something that is not a file: stay on the old one
+            try:
+                fh = self._open_regular()
+            except (OSError, SourceUnavailable):
+                return
             self._fh.close()
-            self._fh = open(self.path, "rb")  # noqa: SIM115
-            self._ino = st.st_ino
+            self._fh = fh
             self._rest = b""
         elif st.st_size < self._fh.tell():  # truncated in place (copytruncate)
             self._fh.seek(0)
@@ -183,10 +314,10 @@ class FileFollowSource:
     def read(self, max_lines: int) -> list[str]:
         if self._fh is None:
             return []
-        data = self._fh.read(1 << 20)
+        data = self._fh.read(MAX_READ_BYTES)
         if not data:
             self._reopen_if_rotated()
-            data = self._fh.read(1 << 20)
+            data = self._fh.read(MAX_READ_BYTES)
         if not data:
             return []
         parts = (self._rest + data).split(b"\n")
@@ -199,8 +330,59 @@ class FileFollowSource:
             self._fh = None
 
 
+def source_for_path(path: str) -> LineSource:
+    """The reader for what `path` is (see the module docstring), not opened yet.
+
+    Raises KmsgPathMissing when nothing is there, SourceUnavailable (with the reason and what to give
+    instead) when the path is something no kernel log is read from.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise KmsgPathMissing(f"{path}: no such file or directory; {SOURCE_HINT}") from None
+    except OSError as e:
+        raise SourceUnavailable(_why(path, e)) from e
+    mode = st.st_mode
+    if stat.S_ISCHR(mode):
+        dev = (os.major(st.st_rdev), os.minor(st.st_rdev))
+        if dev != KMSG_DEVICE:
+            raise SourceUnavailable(
+                f"{path}: character device {dev[0]}:{dev[1]}, not the kernel log (/dev/kmsg is "
+                f"{KMSG_DEVICE[0]}:{KMSG_DEVICE[1]}); {SOURCE_HINT}"
+            )
+        return DevKmsgSource(path)
+    if stat.S_ISFIFO(mode):
+        return FifoSource(path)
+    if stat.S_ISREG(mode):
+        return FileFollowSource(path)
+    what = (
+        "a directory"
+        if stat.S_ISDIR(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a block device"
+        if stat.S_ISBLK(mode)
+        else "not a file"
+    )
+    raise SourceUnavailable(f"{path}: {what}, not a kernel log; {SOURCE_HINT}")
+
+
+def check_spec(spec: str) -> str | None:
+    """What is wrong with a --kmsg value at start, in one line, or None. Only a missing path is refused
+    (everything else that exists starts, or is reported unavailable while the agent goes on)."""
+    if spec in KEYWORDS:
+        return None
+    try:
+        source_for_path(spec)
+    except KmsgPathMissing as e:
+        return f"--kmsg {e}"
+    except SourceUnavailable:
+        return None
+    return None
+
+
 def open_auto(spec: str = "auto") -> LineSource:
-    """'auto' (/dev/kmsg, else journalctl), 'kmsg', 'journal', or a file path to follow."""
+    """'auto' (/dev/kmsg, else journalctl), 'kmsg', 'journal', or a path read by what it is; opened."""
     if spec in ("auto", "kmsg"):
         src: LineSource = DevKmsgSource()
         try:
@@ -216,6 +398,6 @@ def open_auto(spec: str = "auto") -> LineSource:
         j = JournalSource()
         j.open()
         return j
-    f = FileFollowSource(spec)
-    f.open()
-    return f
+    src = source_for_path(spec)
+    src.open()
+    return src
