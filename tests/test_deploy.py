@@ -77,7 +77,15 @@ def test_kustomize_renders_and_every_object_validates() -> None:
     kinds = sorted(d["kind"] for d in objs)
     assert kinds == sorted(
         ["Namespace", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding", "ClusterRole"]
-        + ["ClusterRoleBinding", "ConfigMap", "Service", "Service", "DaemonSet", "DaemonSet", "ServiceMonitor"]
+        + [
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "Service",
+            "Service",
+            "DaemonSet",
+            "DaemonSet",
+            "ServiceMonitor",
+        ]
     )
     for d in objs:
         if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):

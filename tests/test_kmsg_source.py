@@ -22,6 +22,7 @@ from fleettool.sources.kmsg import (
     FifoSource,
     FileFollowSource,
     KmsgPathMissing,
+    LineSource,
     check_spec,
     source_for_path,
 )
@@ -29,7 +30,18 @@ from tests.conftest import run_cli
 from tests.test_agent import AgentProcess
 
 XID79 = "NVRM: Xid (PCI:0000:18:00): 79, pid=1, GPU has fallen off the bus."
-FAKE_ARGS = ("--source", "fake", "--gpus", "2", "--flush", "1s", "--interval", "0.5s", "--dcgm-exporter", "off")
+FAKE_ARGS = (
+    "--source",
+    "fake",
+    "--gpus",
+    "2",
+    "--flush",
+    "1s",
+    "--interval",
+    "0.5s",
+    "--dcgm-exporter",
+    "off",
+)
 
 
 def kmsg_write_refused() -> str | None:
@@ -72,7 +84,9 @@ def _write_fifo_later(path: Path, text: str, delay: float) -> threading.Thread:
     return t
 
 
-def _read_until(src: FifoSource | FileFollowSource | DevKmsgSource, want: str, timeout: float = 5) -> list[str]:
+def _read_until(
+    src: FifoSource | FileFollowSource | DevKmsgSource, want: str, timeout: float = 5
+) -> list[str]:
     got: list[str] = []
     end = time.monotonic() + timeout
     while time.monotonic() < end and not any(want in ln for ln in got):
@@ -104,7 +118,9 @@ def test_each_kind_of_path_gets_its_reader_or_one_reason(tmp_path: Path, fifo: P
             with pytest.raises(SourceUnavailable) as e:
                 source_for_path(path)
             msg = str(e.value)
-            assert msg.startswith(f"{path}: ") and why in msg and "give /dev/kmsg, a FIFO or a log file" in msg
+            assert (
+                msg.startswith(f"{path}: ") and why in msg and "give /dev/kmsg, a FIFO or a log file" in msg
+            )
             assert "\n" not in msg and not isinstance(e.value, KmsgPathMissing)
     finally:
         sock.close()
@@ -257,7 +273,9 @@ def test_agent_reads_dev_kmsg_into_the_store_and_metrics(tmp_path: Path) -> None
 
 def test_agent_with_a_fifo_nobody_writes_starts_and_stops_on_sigterm(tmp_path: Path, fifo: Path) -> None:
     node = "kmsg-fifo-idle"
-    with AgentProcess("--db", str(tmp_path / "i.duckdb"), "--node", node, f"--kmsg={fifo}", *FAKE_ARGS) as agent:
+    with AgentProcess(
+        "--db", str(tmp_path / "i.duckdb"), "--node", node, f"--kmsg={fifo}", *FAKE_ARGS
+    ) as agent:
         agent.wait_metrics(AVAILABLE % (node, "1.0"), 'collector="nvml"')
         _stopped_cleanly(agent)
 
@@ -275,7 +293,9 @@ def test_agent_reads_a_fifo_whose_writer_comes_later(tmp_path: Path, fifo: Path)
 
 def test_agent_follows_a_regular_file_through_rotation(tmp_path: Path) -> None:
     db, node, log = tmp_path / "r.duckdb", "kmsg-file", tmp_path / "kern.log"
-    log.write_text("2026-11-30T00:00:00+0000 kmsg-file kernel: NVRM: Xid (PCI:0000:18:00): 13, before start\n")
+    log.write_text(
+        "2026-11-30T00:00:00+0000 kmsg-file kernel: NVRM: Xid (PCI:0000:18:00): 13, before start\n"
+    )
     with AgentProcess("--db", str(db), "--node", node, f"--kmsg={log}", *FAKE_ARGS) as agent:
         agent.wait_metrics(AVAILABLE % (node, "1.0"))
         with open(log, "a") as f:
@@ -306,6 +326,8 @@ def test_agent_given_a_directory_goes_on_and_says_why(tmp_path: Path) -> None:
 
 def test_agent_refuses_a_missing_kmsg_path_at_start(tmp_path: Path) -> None:
     missing = tmp_path / "kern.lg"
-    r = run_cli("agent", "--db", str(tmp_path / "m.duckdb"), f"--kmsg={missing}", *FAKE_ARGS, "--duration", "5s")
+    r = run_cli(
+        "agent", "--db", str(tmp_path / "m.duckdb"), f"--kmsg={missing}", *FAKE_ARGS, "--duration", "5s"
+    )
     assert r.returncode == 3, r.stderr
     assert r.stderr.strip().splitlines() == [f"fleettool: {check_spec(str(missing))}"]
