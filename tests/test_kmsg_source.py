@@ -84,9 +84,7 @@ def _write_fifo_later(path: Path, text: str, delay: float) -> threading.Thread:
     return t
 
 
-def _read_until(
-    src: FifoSource | FileFollowSource | DevKmsgSource, want: str, timeout: float = 5
-) -> list[str]:
+def _read_until(src: LineSource, want: str, timeout: float = 5) -> list[str]:
     got: list[str] = []
     end = time.monotonic() + timeout
     while time.monotonic() < end and not any(want in ln for ln in got):
