@@ -99,7 +99,10 @@ def register(app: typer.Typer) -> None:
         expect_gpus: Annotated[int | None, typer.Option(min=1, help="GPUs this node should have")] = None,
         kmsg: Annotated[
             str,
-            typer.Option(help="kernel log: auto (/dev/kmsg, else journalctl), kmsg, journal, a file, or off"),
+            typer.Option(
+                help="kernel log: auto (/dev/kmsg, else journalctl), kmsg, journal, off, or a path read by what it is: "
+                "the kernel log device, a FIFO or a log file (a missing path is refused)"
+            ),
         ] = "auto",
         dcgm_exporter: Annotated[
             str, typer.Option(help="dcgm-exporter URL to scrape every 10 s, or off")
