@@ -196,11 +196,14 @@ def register(app: typer.Typer) -> None:
                 need_tool("dcgmi", "--tests dcgm", "install DCGM or leave dcgm out of --tests")
             if "allreduce" in wanted and allreduce_tool == "nccl-tests":
                 need_tool("all_reduce_perf", "--allreduce-tool nccl-tests", "build nccl-tests or use torch")
+        # --tests travels only when asked for by name: the remote side then requires dcgmi for an explicit dcgm,
+        # and, given the default, runs DCGM diag where it is installed, as a local run does
+        tests_src = ctx.get_parameter_source("tests")
+        explicit_tests = tests_src is not None and tests_src.name != "DEFAULT"
         passthrough = [
             "--backend",
             backend,
-            "--tests",
-            tests,
+            *(["--tests", tests] if explicit_tests else []),
             "--dtypes",
             dtypes,
             "--duration",
