@@ -62,6 +62,12 @@ def main() -> None:
     except ImportError:  # pragma: no cover - older typer on click
         from click import exceptions as cx  # type: ignore[no-redef]
 
+    import signal
+
+    # `fleettool rules list | head`: a reader that closes the pipe ends us quietly, as it ends any Unix tool
+    # (status 141 from the shell), not with click's exit 1, which means "found a failure"
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     help_errors = tuple(c for c in (getattr(cx, "NoArgsIsHelpError", None),) if c is not None)
     debug = os.environ.get("FLEETTOOL_DEBUG", "") not in ("", "0")
     try:
