@@ -53,16 +53,11 @@ def main() -> None:
     errors are one line (exit 2), commands `die` with their own line, and an unexpected exception, a bug,
     prints one line and exits 70 (FLEETTOOL_DEBUG=1 re-raises it for the traceback)."""
     import os
+    import signal
     import sys
 
     import typer.main
-
-    try:
-        from typer._click import exceptions as cx  # typer >= 0.16 vendors click
-    except ImportError:  # pragma: no cover - older typer on click
-        from click import exceptions as cx  # type: ignore[no-redef]
-
-    import signal
+    from typer._click import exceptions as cx  # typer vendors click (pyproject pins a release that does)
 
     # `fleettool rules list | head`: a reader that closes the pipe ends us quietly, as it ends any Unix tool
     # (status 141 from the shell), not with click's exit 1, which means "found a failure"
