@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from fleettool.formats.kmsg import KernelRecord
@@ -189,55 +189,52 @@ def read_kernel_log(store: Store, path: Path, opts: IngestOptions, rep: FileRepo
 
 @register("kmsg-journal-json")
 def read_journal_json(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
-    from fleettool.formats.errors import ParseIssue
-    from fleettool.formats.kmsg import KernelLogParser, parse_journal_entry
+    from fleettool.formats.kmsg import parse_journal_entry
 
-    parser = KernelLogParser()
-
-    def records() -> Iterator[KernelRecord]:
-        for lineno, line in enumerate(iter_lines(path), 1):
-            if not line.strip():
-                parser.lineno += 1
-                continue
-            entry = parse_journal_entry(line)
-            if entry is None:
-                parser.lineno += 1
-                rep.issues.append(ParseIssue(str(path), lineno, f"not a journal JSON entry: {line[:60]!r}"))
-                continue
-            msg, ts, up, host = entry
-            rec = parser.feed_message(msg, ts=ts, uptime=up, host=host)
-            if rec is not None:
-                yield rec
-
-    _kernel_records(store, path, opts, rep, records())
+    _kernel_records(
+        store, path, opts, rep, _decoded_records(path, rep, parse_journal_entry, "a journal JSON entry")
+    )
 
 
 @register("kmsg-raw")
 def read_dev_kmsg(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
+    from fleettool.formats.kmsg import parse_kmsg_record
+
+    def decode(line: str) -> tuple[str, float | None, float | None, str | None] | None:
+        if line.startswith(" "):  # continuation lines: the record's KEY=value dictionary
+            return ("", None, None, None)
+        r = parse_kmsg_record(line)
+        if r is None:
+            return None
+        _pri, _seq, usec, msg = r
+        return msg.replace("\\x0a", "\n").split("\n")[0], None, usec / 1e6, None  # \x0a: an escaped newline
+
+    _kernel_records(store, path, opts, rep, _decoded_records(path, rep, decode, "a /dev/kmsg record"))
+
+
+def _decoded_records(
+    path: Path,
+    rep: FileReport,
+    decode: Callable[[str], tuple[str, float | None, float | None, str | None] | None],
+    what: str,
+) -> Iterator[KernelRecord]:
+    """Kernel records from a file of one message per line (journal JSON, /dev/kmsg records): `decode` gives
+    (message, wall time, uptime, host), an empty message for a line to pass over, or None for a bad line."""
     from fleettool.formats.errors import ParseIssue
-    from fleettool.formats.kmsg import KernelLogParser, parse_kmsg_record
+    from fleettool.formats.kmsg import KernelLogParser
 
     parser = KernelLogParser()
-
-    def records() -> Iterator[KernelRecord]:
-        for lineno, line in enumerate(iter_lines(path), 1):
-            if not line.strip() or line.startswith(
-                " "
-            ):  # continuation lines: the record's KEY=value dictionary
-                parser.lineno += 1
-                continue
-            r = parse_kmsg_record(line)
-            if r is None:
-                parser.lineno += 1
-                rep.issues.append(ParseIssue(str(path), lineno, f"not a /dev/kmsg record: {line[:60]!r}"))
-                continue
-            _pri, _seq, usec, msg = r
-            text = msg.replace("\\x0a", "\n").split("\n")[0]  # /dev/kmsg escapes a newline as \x0a
-            rec = parser.feed_message(text, ts=None, uptime=usec / 1e6, host=None)
-            if rec is not None:
-                yield rec
-
-    _kernel_records(store, path, opts, rep, records())
+    for lineno, line in enumerate(iter_lines(path), 1):
+        entry = decode(line) if line.strip() else ("", None, None, None)
+        if entry is None:
+            rep.issues.append(ParseIssue(str(path), lineno, f"not {what}: {line[:60]!r}"))
+        if entry is None or not entry[0]:
+            parser.lineno += 1
+            continue
+        msg, ts, up, host = entry
+        rec = parser.feed_message(msg, ts=ts, uptime=up, host=host)
+        if rec is not None:
+            yield rec
 
 
 def _fill_from_announcements(events: list[Event], store: Store) -> None:
