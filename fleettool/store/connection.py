@@ -1,0 +1,77 @@
+"""The connection to one DuckDB file: opening it (retrying while another process holds the lock), naming
+what went wrong as a StoreError, and the statement, query and transaction primitives every store module uses.
+
+Concurrency: DuckDB lets one process open a file read-write, or many processes open it read-only, never both.
+So nobody holds the file open for long: the agent buffers rows in memory and opens the file only to flush a
+batch (milliseconds), and readers (CLI, TUI) open it read-only for one query at a time. Both retry briefly when
+the other holds the lock; the agent never blocks its collection loop on the lock, it keeps buffering.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from fleettool.store.errors import NotFleettool, StoreCorrupt, StoreError, StoreLocked
+
+
+def _classify(path: str, err: Exception) -> StoreError:
+    msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+    low = msg.lower()
+    if "lock" in low or "conflicting" in low or "resource temporarily unavailable" in low:
+        return StoreLocked(f"{path}: database is locked by another process ({msg})")
+    if "not a valid duckdb" in low:
+        return NotFleettool(f"{path}: not a DuckDB database; nothing was changed")
+    if "corrupt" in low or "invalid" in low or "serialization" in low or "magic" in low:
+        return StoreCorrupt(f"{path}: not a readable fleettool database ({msg})")
+    if "no such file or directory" in low:
+        return StoreError(f"{path}: cannot create the database: {Path(path).parent} does not exist")
+    return StoreError(f"{path}: {msg}")
+
+
+def connect(path: str, *, read_only: bool, wait_s: float = 5.0) -> duckdb.DuckDBPyConnection:
+    """Open the file, retrying for up to wait_s while another process holds the lock."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.005
+    while True:
+        try:
+            return duckdb.connect(path, read_only=read_only)
+        except duckdb.Error as e:
+            err = _classify(path, e)
+            if not isinstance(err, StoreLocked) or time.monotonic() >= deadline:
+                raise err from e
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+class Connection:
+    """An open DuckDB connection with the primitives the store's modules build on. The SQL that changes data
+    lives in fleettool/store/ only: other layers call the store's named functions, not execute()."""
+
+    con: duckdb.DuckDBPyConnection
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
+        """Run one statement and drop its result (fetchall: leave no result open)."""
+        self.con.execute(sql, params or []).fetchall()
+
+    def query(self, sql: str, params: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+        cur = self.con.execute(sql, params or [])
+        cols = [d[0] for d in cur.description or []]
+        return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
+
+    def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        rows = self.con.execute(sql, params or []).fetchall()  # fetchall: leave no result open (duckdb 2)
+        return rows[0][0] if rows else None
+
+    def begin(self) -> None:
+        self.con.execute("BEGIN TRANSACTION")
+
+    def commit(self) -> None:
+        self.con.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self.con.execute("ROLLBACK")

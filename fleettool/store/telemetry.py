@@ -1,0 +1,304 @@
+"""The telemetry writers of the store: samples (batched Arrow inserts), events, the GPU inventory and which
+pod used which GPU, NCCL runs, the ingest ledger, and the retention that rolls raw samples into 1-minute rows.
+`Store` inherits them; pyarrow is imported on first write, so readers never load it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from fleettool.model import Event, GpuInfo, PodUse, Sample
+from fleettool.store.connection import Connection
+from fleettool.store.values import dumps_evidence
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+def _ts_array(ts: Sequence[float] | Any) -> pa.Array:
+    import numpy as np
+    import pyarrow as pa  # here, not at import: readers never load it
+
+    us = np.round(np.asarray(ts, dtype=np.float64) * 1e6).astype("int64")
+    return pa.array(us, type=pa.timestamp("us"))
+
+
+def samples_table(samples: Sequence[Sample]) -> pa.Table:
+    """Rows of Sample -> an Arrow table in the samples column order."""
+    import pyarrow as pa  # here, not at import: readers never load it
+
+    return pa.table(
+        {
+            "ts": _ts_array([s.ts for s in samples]),
+            "node": pa.array([s.node for s in samples], pa.string()),
+            "gpu": pa.array([s.gpu for s in samples], pa.int16()),
+            "uuid": pa.array([s.uuid for s in samples], pa.string()),
+            "metric": pa.array([s.metric for s in samples], pa.string()),
+            "sub": pa.array([s.sub for s in samples], pa.string()),
+            "value": pa.array([s.value for s in samples], pa.float64()),
+        }
+    )
+
+
+class TelemetryWrites(Connection):
+    """Writes of what collectors and readers produce. Mixed into Store."""
+
+    def write_samples(self, table: pa.Table | Sequence[Sample]) -> int:
+        import pyarrow as pa  # here, not at import: readers never load it
+
+        if not isinstance(table, pa.Table):
+            table = samples_table(table)
+        if table.num_rows == 0:
+            return 0
+        self.con.register("_incoming_samples", table)
+        try:
+            self.con.execute(
+                "INSERT INTO samples SELECT ts, node, gpu, uuid, metric, sub, value FROM _incoming_samples"
+            )
+        finally:
+            self.con.unregister("_incoming_samples")
+        return int(table.num_rows)
+
+    def write_events(self, events: Iterable[Event]) -> int:
+        import pyarrow as pa  # here, not at import: readers never load it
+
+        evs = list(events)
+        if not evs:
+            return 0
+        tbl = pa.table(
+            {
+                "ts": pa.array(
+                    [None if e.ts is None else int(round(e.ts * 1e6)) for e in evs], pa.int64()
+                ).cast(pa.timestamp("us")),
+                "node": pa.array([e.node for e in evs], pa.string()),
+                "gpu": pa.array([e.gpu for e in evs], pa.int16()),
+                "uuid": pa.array([e.uuid for e in evs], pa.string()),
+                "pci_bus_id": pa.array([e.pci_bus_id for e in evs], pa.string()),
+                "kind": pa.array([e.kind for e in evs], pa.string()),
+                "code": pa.array([e.code for e in evs], pa.int32()),
+                "message": pa.array([e.message for e in evs], pa.string()),
+                "raw": pa.array([e.raw for e in evs], pa.string()),
+                "source": pa.array([e.source for e in evs], pa.string()),
+                "detail": pa.array(
+                    [dumps_evidence(e.detail) if e.detail else None for e in evs], pa.string()
+                ),
+            }
+        )
+        self.con.register("_incoming_events", tbl)
+        try:
+            self.con.execute(
+                "INSERT INTO events (ts, node, gpu, uuid, pci_bus_id, kind, code, message, raw, source, detail) "
+                "SELECT ts, node, gpu, uuid, pci_bus_id, kind, code, message, raw, source, detail::JSON "
+                "FROM _incoming_events"
+            )
+        finally:
+            self.con.unregister("_incoming_events")
+        return len(evs)
+
+    def upsert_gpus(self, gpus: Iterable[GpuInfo], seen_ts: float) -> None:
+        rows = list(gpus)
+        if not rows:
+            return
+        ts = _ts_array([seen_ts])[0].as_py()
+        for g in rows:
+            if g.gpu is None and (g.uuid or g.pci_bus_id):  # known only by UUID/PCI id (the driver's lines)
+                self.merge_gpu_identity(g.node, g.uuid, g.pci_bus_id, g.serial, seen_ts)
+                continue
+            hit = self.scalar(
+                "SELECT count(*) FROM gpus WHERE node = ? AND gpu IS NOT DISTINCT FROM ? "
+                "AND uuid IS NOT DISTINCT FROM ?",
+                [g.node, g.gpu, g.uuid],
+            )
+            if hit:
+                self.con.execute(
+                    "UPDATE gpus SET last_seen = greatest(last_seen, ?), "
+                    "pci_bus_id = coalesce(?, pci_bus_id), model = coalesce(?, model), "
+                    "driver = coalesce(?, driver), serial = coalesce(?, serial) "
+                    "WHERE node = ? AND gpu IS NOT DISTINCT FROM ? AND uuid IS NOT DISTINCT FROM ?",
+                    [ts, g.pci_bus_id, g.model, g.driver, g.serial, g.node, g.gpu, g.uuid],
+                )
+            elif g.uuid and self.scalar(
+                "SELECT count(*) FROM gpus WHERE node = ? AND gpu IS NULL AND uuid = ?", [g.node, g.uuid]
+            ):  # known so far only from the driver's kernel lines: now we learn its index
+                self.con.execute(
+                    "UPDATE gpus SET gpu = ?, last_seen = greatest(last_seen, ?), "
+                    "pci_bus_id = coalesce(?, pci_bus_id), model = coalesce(?, model), "
+                    "driver = coalesce(?, driver), serial = coalesce(?, serial) "
+                    "WHERE node = ? AND gpu IS NULL AND uuid = ?",
+                    [g.gpu, ts, g.pci_bus_id, g.model, g.driver, g.serial, g.node, g.uuid],
+                )
+            else:
+                self.con.execute(
+                    "INSERT INTO gpus VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [g.node, g.gpu, g.uuid, g.pci_bus_id, g.model, g.driver, g.serial, ts, ts],
+                )
+
+    def record_pods(self, uses: Iterable[PodUse]) -> None:
+        """Which pod used which GPU, as first/last seen intervals (one row per node, GPU, pod, container)."""
+        spans: dict[tuple[str, int | None, str | None, str, str, str], list[float]] = {}
+        for u in uses:
+            k = (u.node, u.gpu, u.uuid, u.namespace, u.pod, u.container)
+            sp = spans.setdefault(k, [u.ts, u.ts])
+            sp[0], sp[1] = min(sp[0], u.ts), max(sp[1], u.ts)
+        for (node, gpu, uuid, ns, pod, cont), (t0, t1) in spans.items():
+            a, b = _ts_array([t0, t1]).to_pylist()
+            hit = self.scalar(
+                "SELECT count(*) FROM gpu_pods WHERE node = ? AND gpu IS NOT DISTINCT FROM ? AND namespace = ? "
+                "AND pod = ? AND container = ?",
+                [node, gpu, ns, pod, cont],
+            )
+            if hit:
+                self.con.execute(
+                    "UPDATE gpu_pods SET first_seen = least(first_seen, ?), last_seen = greatest(last_seen, ?) "
+                    "WHERE node = ? AND gpu IS NOT DISTINCT FROM ? AND namespace = ? AND pod = ? AND container = ?",
+                    [a, b, node, gpu, ns, pod, cont],
+                )
+            else:
+                self.con.execute(
+                    "INSERT INTO gpu_pods VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [node, gpu, uuid, ns, pod, cont, a, b],
+                )
+
+    def merge_gpu_identity(
+        self, node: str, uuid: str | None, pci: str | None, serial: str | None, seen_ts: float
+    ) -> None:
+        """What the driver's announcement lines say (PCI id -> UUID, board serial): fill in the GPU row that
+        has the same UUID or PCI id, or add one without an index until NVML or dcgm-exporter names it."""
+        ts = _ts_array([seen_ts])[0].as_py()
+        hit = self.scalar(
+            "SELECT count(*) FROM gpus WHERE node = ? AND (uuid = ? OR (uuid IS NULL AND pci_bus_id = ?))",
+            [node, uuid, pci],
+        )
+        if hit:
+            self.con.execute(
+                "UPDATE gpus SET uuid = coalesce(uuid, ?), pci_bus_id = coalesce(pci_bus_id, ?), "
+                "serial = coalesce(?, serial), last_seen = greatest(last_seen, ?) "
+                "WHERE node = ? AND (uuid = ? OR (uuid IS NULL AND pci_bus_id = ?))",
+                [uuid, pci, serial, ts, node, uuid, pci],
+            )
+        else:
+            self.con.execute(
+                "INSERT INTO gpus VALUES (?, NULL, ?, ?, NULL, NULL, ?, ?, ?)",
+                [node, uuid, pci, serial, ts, ts],
+            )
+
+    def resolve_event_gpus(self) -> int:
+        """Give events that name only a PCI id (kernel lines) or a UUID their GPU index and UUID, from the
+        inventory (NVML, dcgm-exporter labels, the driver's announcement lines). Returns rows updated."""
+        before = int(self.scalar("SELECT count(*) FROM events WHERE gpu IS NULL") or 0)
+        self.con.execute(
+            """UPDATE events SET gpu = g.gpu, uuid = coalesce(events.uuid, g.uuid)
+               FROM (SELECT node, pci_bus_id, any_value(gpu) AS gpu, any_value(uuid) AS uuid FROM gpus
+                     WHERE pci_bus_id IS NOT NULL AND gpu IS NOT NULL GROUP BY node, pci_bus_id
+                     HAVING count(DISTINCT gpu) = 1) g
+               WHERE events.gpu IS NULL AND events.node = g.node AND events.pci_bus_id = g.pci_bus_id"""
+        )
+        self.con.execute(
+            """UPDATE events SET gpu = g.gpu
+               FROM (SELECT node, uuid, any_value(gpu) AS gpu FROM gpus
+                     WHERE uuid IS NOT NULL AND gpu IS NOT NULL GROUP BY node, uuid) g
+               WHERE events.gpu IS NULL AND events.node = g.node AND events.uuid = g.uuid"""
+        )
+        self.con.execute(
+            """UPDATE events SET pci_bus_id = g.pci_bus_id
+               FROM (SELECT node, gpu, any_value(pci_bus_id) AS pci_bus_id FROM gpus
+                     WHERE pci_bus_id IS NOT NULL AND gpu IS NOT NULL GROUP BY node, gpu) g
+               WHERE events.pci_bus_id IS NULL AND events.gpu IS NOT NULL AND events.node = g.node
+                 AND events.gpu = g.gpu"""
+        )
+        after = int(self.scalar("SELECT count(*) FROM events WHERE gpu IS NULL") or 0)
+        return before - after
+
+    def write_nccl_run(
+        self,
+        *,
+        run_id: str,
+        ts: float | None,
+        op: str,
+        ranks: int,
+        nodes: list[str],
+        avg_busbw_gbps: float | None,
+        peak_busbw_gbps: float | None,
+        wrong: int | None,
+        version: str | None,
+        source: str,
+        rows: Sequence[Any],
+    ) -> None:
+        """One nccl-tests invocation and every row of its table."""
+        import pyarrow as pa  # here, not at import: readers never load it
+
+        t = None if ts is None else _ts_array([ts])[0].as_py()
+        self.con.execute(
+            "INSERT OR REPLACE INTO nccl_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [run_id, t, op, ranks, nodes, avg_busbw_gbps, peak_busbw_gbps, wrong, version, source],
+        )
+        self.con.execute("DELETE FROM nccl_rows WHERE run_id = ?", [run_id])
+        if rows:
+            cols = [
+                "size_bytes",
+                "count",
+                "dtype",
+                "redop",
+                "root",
+                "oop_time_us",
+                "oop_algbw_gbps",
+                "oop_busbw_gbps",
+                "oop_wrong",
+                "ip_time_us",
+                "ip_algbw_gbps",
+                "ip_busbw_gbps",
+                "ip_wrong",
+            ]
+            tbl = pa.table(
+                {
+                    "run_id": pa.array([run_id] * len(rows), pa.string()),
+                    **{c: pa.array([getattr(r, c) for r in rows]) for c in cols},
+                }
+            )
+            self.con.register("_incoming_rows", tbl)
+            try:
+                self.con.execute(
+                    f"INSERT INTO nccl_rows SELECT run_id, {', '.join(cols)} FROM _incoming_rows"
+                )
+            finally:
+                self.con.unregister("_incoming_rows")
+
+    def seen_digest(self, digest: str) -> bool:
+        return bool(self.con.execute("SELECT 1 FROM ingests WHERE digest = ?", [digest]).fetchall())
+
+    def record_ingest(
+        self, digest: str, path: str, fmt: str, node: str | None, rows: int, issues: int
+    ) -> None:
+        self.con.execute(
+            "INSERT OR REPLACE INTO ingests VALUES (?, ?, ?, ?, ?, ?, now()::TIMESTAMP)",
+            [digest, path, fmt, node, rows, issues],
+        )
+
+    def gpu_uuid(self, node: str, gpu: int) -> str | None:
+        """The UUID the inventory knows for this node's GPU index, or None."""
+        v = self.scalar("SELECT any_value(uuid) FROM gpus WHERE node = ? AND gpu = ?", [node, gpu])
+        return None if v is None else str(v)
+
+    # -- retention ----------------------------------------------------------------------------------------
+    def apply_retention(self, now: float, raw_keep_s: float, rollup_keep_s: float) -> tuple[int, int]:
+        """Roll raw samples older than raw_keep_s into 1-minute min/mean/max, drop them, and drop rollups
+        older than rollup_keep_s. Whole minutes only, in one transaction. Returns (rolled, dropped)."""
+        cutoff_s = (now - raw_keep_s) // 60 * 60
+        cutoff = _ts_array([cutoff_s])[0].as_py()
+        old = _ts_array([now - rollup_keep_s])[0].as_py()
+        self.begin()
+        try:
+            rolled = self.con.execute(
+                """INSERT INTO samples_1m
+                   SELECT time_bucket(INTERVAL 1 MINUTE, ts) AS minute, node, gpu, uuid, metric, sub,
+                          min(value), avg(value), max(value), count(*)::INTEGER
+                   FROM samples WHERE ts < ? GROUP BY ALL""",
+                [cutoff],
+            ).fetchall()[0]
+            self.con.execute("DELETE FROM samples WHERE ts < ?", [cutoff]).fetchall()
+            dropped = self.con.execute("DELETE FROM samples_1m WHERE minute < ?", [old]).fetchall()[0]
+            self.commit()
+        except Exception:
+            self.rollback()
+            raise
+        return (int(rolled[0]) if rolled else 0, int(dropped[0]) if dropped else 0)
