@@ -18,7 +18,7 @@ from fleettool.engine.rules import Rule
 from fleettool.engine.state import FIRING, PENDING, RESOLVED, Instance, run_observations
 from fleettool.model import Action, Category, Severity
 from fleettool.store import Store
-from fleettool.store.db import dumps_evidence
+from fleettool.store.alerts import AlertRecord, open_alert_of_incident, put_alert
 from fleettool.xid_catalog import judge
 
 # where an XID's findings join other findings of the same GPU
@@ -303,59 +303,38 @@ def _boots(store: Store) -> dict[str, list[float]]:
     return out
 
 
-def _dt(t: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).replace(tzinfo=None)
-
-
 def write_alerts(store: Store, incidents: list[Incident]) -> int:
     """Upsert incidents into the alerts table. An open alert of the same node, GPU and incident key that the
     new incident overlaps keeps its id and first_seen (incremental evaluation in the agent)."""
     n = 0
     for inc in incidents:
         p = inc.primary
-        uuid = None
-        if inc.gpu is not None:
-            uuid = store.scalar(
-                "SELECT any_value(uuid) FROM gpus WHERE node = ? AND gpu = ?", [inc.node, inc.gpu]
-            )
-        evidence = {
-            "incident": inc.key,
-            "findings": [f.as_dict() for f in inc.findings],
-            "series": sorted(
-                {(f.rule.p("metric"), f.rule.alert) for f in inc.findings if f.rule.p("metric")}
+        existing = open_alert_of_incident(store, inc.node, inc.gpu, inc.key, inc.first_seen - 1)
+        put_alert(
+            store,
+            AlertRecord(
+                alert_id=existing[0] if existing else inc.alert_id,
+                rule=p.rule.alert,
+                category=p.category.value,
+                severity=inc.severity.value,
+                node=inc.node,
+                gpu=inc.gpu,
+                uuid=None if inc.gpu is None else store.gpu_uuid(inc.node, inc.gpu),
+                action=inc.action.value,
+                state=inc.state,
+                first_seen=min(inc.first_seen, existing[1]) if existing else inc.first_seen,
+                last_seen=inc.last_seen,
+                summary=inc.summary(),
+                runbook=p.rule.runbook,
+                incident=inc.key,
+                evidence={
+                    "findings": [f.as_dict() for f in inc.findings],
+                    "series": sorted(
+                        {(f.rule.p("metric"), f.rule.alert) for f in inc.findings if f.rule.p("metric")}
+                    ),
+                    "window": [inc.first_seen - 600, inc.last_seen + 600],
+                },
             ),
-            "window": [inc.first_seen - 600, inc.last_seen + 600],
-        }
-        existing = store.query(
-            "SELECT alert_id, first_seen FROM alerts WHERE node = ? AND gpu IS NOT DISTINCT FROM ? "
-            "AND json_extract_string(evidence, '$.incident') = ? AND last_seen >= ? ORDER BY first_seen LIMIT 1",
-            [inc.node, inc.gpu, inc.key, _dt(inc.first_seen - 1)],
-        )
-        alert_id = existing[0]["alert_id"] if existing else inc.alert_id
-        first = (
-            min(inc.first_seen, existing[0]["first_seen"].replace(tzinfo=dt.timezone.utc).timestamp())
-            if existing
-            else inc.first_seen
-        )
-        store.con.execute("DELETE FROM alerts WHERE alert_id = ?", [alert_id])
-        store.con.execute(
-            "INSERT INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                alert_id,
-                p.rule.alert,
-                p.category.value,
-                inc.severity.value,
-                inc.node,
-                inc.gpu,
-                uuid,
-                inc.action.value,
-                inc.state,
-                _dt(first),
-                _dt(inc.last_seen),
-                inc.summary(),
-                p.rule.runbook,
-                dumps_evidence(evidence),
-            ],
         )
         n += 1
     return n
