@@ -17,6 +17,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from fleettool.units import parse_size
+
 
 @dataclass
 class ArRow:
@@ -118,12 +120,6 @@ def run_local(
     mp.spawn(worker, args=(nprocs, backend, sizes, iters, warmup, init, out_path), nprocs=nprocs, join=True)
     with open(out_path) as f:
         return dict(json.load(f))
-
-
-def parse_size(s: str) -> int:
-    """'1M', '8G', '65536' -> bytes."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(float(s[:-1]) * units[s[-1].upper()]) if s[-1].upper() in units else int(s)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -169,7 +169,7 @@ def register(app: typer.Typer) -> None:
             raise die(f"--via {mode!r}: expected local, ssh, slurm or k8s", ExitCode.USAGE)
         secs = parse_duration(duration, "--duration")
         timeout_s = parse_duration(timeout, "--timeout")
-        from fleettool.burnin.allreduce import parse_size
+        from fleettool.units import parse_size
 
         try:
             ar_max = parse_size(allreduce_max)

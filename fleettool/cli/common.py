@@ -4,7 +4,6 @@ tools. Every failure leaves through `die`: one line on stderr, `fleettool: <what
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import socket
 import sys
@@ -79,19 +78,19 @@ def open_store(path: Path, *, read_only: bool, create: bool = True) -> Iterator[
         store.close()
 
 
-_DUR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 MAX_DURATION_S = 100 * 365 * 86400.0  # past this a timestamp overflows; nobody means it
 
 
 def parse_duration(text: str, option: str | None = None) -> float:
-    """'10s', '5m', '1.5h', '2d', '30' (seconds) -> seconds, more than 0. A bad one is a usage error (exit 2)
-    naming the option."""
+    """An option's duration in fleettool.units' grammar ('10s', '5m', '1h30m', '2d', '1w', '30' = seconds) ->
+    seconds, more than 0. A bad one is a usage error (exit 2) naming the option."""
+    from fleettool.units import parse_duration as parse
+
     hint = option
-    m = _DUR.match(text)
-    if not m:
-        raise typer.BadParameter(f"not a duration: {text!r} (use e.g. 30s, 5m, 2h, 7d)", param_hint=hint)
-    mult = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}[m.group(2)]
-    secs = float(m.group(1)) * mult
+    try:
+        secs = parse(text)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint=hint) from None
     if secs <= 0:
         raise typer.BadParameter(f"{text!r} must be more than 0 (e.g. 1s, 5m)", param_hint=hint)
     if secs > MAX_DURATION_S:

@@ -24,16 +24,15 @@ DEMO_DIR = Path(__file__).resolve().parent.parent / "data" / "demo"
 
 def parse_at(text: str) -> float:
     """--at: unix seconds or milliseconds, or an ISO 8601 date-time (UTC unless it has an offset)."""
-    from fleettool.formats.kmsg import parse_iso
+    from fleettool.units import parse_iso
 
     s = text.strip()
     try:
         v = float(s)
     except ValueError:
-        t = parse_iso(s if "T" in s or " " not in s else s.replace(" ", "T", 1))
-        if t is None and len(s) == 10 and s[4] == "-":
-            t = parse_iso(s + "T00:00:00Z")
-        if t is None:
+        try:
+            t = parse_iso(s)
+        except ValueError:
             raise typer.BadParameter(
                 f"not a time: {text!r} (use e.g. 2026-12-02T14:40:00Z or unix seconds)"
             ) from None
@@ -219,11 +218,10 @@ def _replay(
 def _max_bytes(text: str | None) -> int | None:
     if text is None:
         return None
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    s = text.strip().lower().removesuffix("ib").removesuffix("b")
-    mult = units.get(s[-1:], 1)
+    from fleettool.units import parse_size
+
     try:
-        n = int(float(s[:-1] if s[-1:] in units else s) * mult)
+        n = parse_size(text)
     except ValueError:
         raise typer.BadParameter(f"not a size: {text!r} (use e.g. 512M, 2G)") from None
     if n <= 0:
