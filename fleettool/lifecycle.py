@@ -7,12 +7,11 @@ commands are argv lists built from a validated node name, never a shell string.
 
 from __future__ import annotations
 
-import datetime as dt
 import subprocess
-from dataclasses import dataclass
 
 from fleettool.burnin.dispatch import ToolMissing, require_tool, validate_node
 from fleettool.store import Store
+from fleettool.store.nodes import NodeState, Transition, node_audit, node_state, record_transition
 
 STATES = ("healthy", "suspect", "cordoned", "in-repair", "burn-in", "rma")
 TRANSITIONS: dict[str, set[str]] = {
@@ -38,21 +37,9 @@ __all__ = ["STATES", "TRANSITIONS", "NodeState", "ToolMissing", "TransitionError
 OPTION = {"kubectl": "--k8s", "scontrol": "--slurm"}
 
 
-@dataclass(frozen=True)
-class NodeState:
-    node: str
-    state: str
-    since: dt.datetime | None
-    who: str | None
-    reason: str | None
-
-
 def current(store: Store, node: str) -> NodeState:
-    rows = store.query("SELECT node, state, since, who, reason FROM node_states WHERE node = ?", [node])
-    if not rows:
-        return NodeState(node, "healthy", None, None, None)
-    r = rows[0]
-    return NodeState(r["node"], r["state"], r["since"], r["who"], r["reason"])
+    """The node's lifecycle state (healthy when it never moved)."""
+    return node_state(store, node) or NodeState(node, "healthy", None, None, None)
 
 
 def _purpose(argv: list[str], node: str) -> str:
@@ -107,27 +94,21 @@ def transition(
             try:
                 p = subprocess.run(argv, capture_output=True, text=True, timeout=60)
             except subprocess.TimeoutExpired:
-                raise TransitionError(f"{' '.join(argv)} did not finish in 60 s; state left {cur.state}") from None
+                raise TransitionError(
+                    f"{' '.join(argv)} did not finish in 60 s; state left {cur.state}"
+                ) from None
             except OSError as e:
-                raise TransitionError(f"{' '.join(argv)}: {e.strerror or e}; state left {cur.state}") from None
+                raise TransitionError(
+                    f"{' '.join(argv)}: {e.strerror or e}; state left {cur.state}"
+                ) from None
             if p.returncode != 0:
                 raise TransitionError(
                     f"{' '.join(argv)} failed ({p.returncode}): {(p.stderr or p.stdout).strip()[:200]}"
                 )
         done.append(" ".join(argv))
-    ts = dt.datetime.fromtimestamp(now, tz=dt.timezone.utc).replace(tzinfo=None)
-    store.con.execute(
-        "INSERT OR REPLACE INTO node_states VALUES (?, ?, ?, ?, ?)", [node, to, ts, who, reason]
-    )
-    store.con.execute(
-        "INSERT INTO node_audit VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [ts, node, cur.state, to, who, reason, "; ".join(done)],
-    )
-    return NodeState(node, to, ts, who, reason)
+    return record_transition(store, Transition(now, node, cur.state, to, who, reason, "; ".join(done)))
 
 
 def audit(store: Store, node: str) -> list[dict[str, object]]:
-    return store.query(
-        "SELECT ts, from_state, to_state, who, reason, side_effects FROM node_audit WHERE node = ? ORDER BY ts",
-        [node],
-    )
+    """Every transition of the node, oldest first."""
+    return node_audit(store, node)

@@ -1,0 +1,74 @@
+"""The node lifecycle tables: node_states (each node's current state) and node_audit (every transition, with
+who, when, why and what was run on the schedulers). Which transitions are allowed is fleettool.lifecycle's."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fleettool.store.values import db_time
+
+if TYPE_CHECKING:
+    from fleettool.store.db import Store
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A node's current lifecycle state (since: naive UTC, as stored; None for a node never moved)."""
+
+    node: str
+    state: str
+    since: dt.datetime | None
+    who: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One lifecycle move of a node at `ts` (unix seconds); side_effects: the commands run, '; '-joined."""
+
+    ts: float
+    node: str
+    from_state: str
+    to_state: str
+    who: str
+    reason: str
+    side_effects: str = ""
+
+
+def node_state(store: Store, node: str) -> NodeState | None:
+    """The stored state of a node, or None when it never moved (it is then healthy)."""
+    rows = store.query("SELECT node, state, since, who, reason FROM node_states WHERE node = ?", [node])
+    if not rows:
+        return None
+    r = rows[0]
+    return NodeState(r["node"], r["state"], r["since"], r["who"], r["reason"])
+
+
+def node_states(store: Store) -> dict[str, str]:
+    """node -> state of every node that ever moved."""
+    return {r["node"]: r["state"] for r in store.query("SELECT node, state FROM node_states")}
+
+
+def record_transition(store: Store, t: Transition) -> NodeState:
+    """Set the node's current state and append the move to node_audit; returns the new state."""
+    ts = db_time(t.ts)
+    store.execute(
+        "INSERT OR REPLACE INTO node_states (node, state, since, who, reason) VALUES (?, ?, ?, ?, ?)",
+        [t.node, t.to_state, ts, t.who, t.reason],
+    )
+    store.execute(
+        "INSERT INTO node_audit (ts, node, from_state, to_state, who, reason, side_effects) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [ts, t.node, t.from_state, t.to_state, t.who, t.reason, t.side_effects],
+    )
+    return NodeState(t.node, t.to_state, ts, t.who, t.reason)
+
+
+def node_audit(store: Store, node: str) -> list[dict[str, Any]]:
+    """Every transition of a node, oldest first."""
+    return store.query(
+        "SELECT ts, from_state, to_state, who, reason, side_effects FROM node_audit WHERE node = ? ORDER BY ts",
+        [node],
+    )
