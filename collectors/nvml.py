@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from fleettool.collectors.base import Collected
+from fleettool.collectors.registry import CollectorConfig
 from fleettool.model import Event, EventKind, GpuInfo, Sample, normalize_pci_bus_id
 from fleettool.sources.base import (
     READS,
@@ -27,6 +28,7 @@ RETRY_OPEN_S = 60.0
 
 class NvmlCollector:
     id = "nvml"
+    availability_metric = "agent_nvml_available"  # the agent also reports NVML's presence under this name
 
     def __init__(
         self,
@@ -194,3 +196,15 @@ class NvmlCollector:
             code=code,
             source="nvml",
         )
+
+
+def from_config(cfg: CollectorConfig) -> NvmlCollector | None:
+    """The registry's factory: the run's GPU source, tiered by cost (or every tier each `all_tiers_every_s`)."""
+    if cfg.gpu_source is None:
+        return None
+    tiers = None
+    if (every := cfg.all_tiers_every_s) is not None:
+        tiers = {Tier.FAST: cfg.interval_s, Tier.MEDIUM: every, Tier.DEAR: every, Tier.STATIC: every}
+    return NvmlCollector(
+        cfg.gpu_source, cfg.node, interval_s=cfg.interval_s, tier_s=tiers, expected_gpus=cfg.expected_gpus
+    )

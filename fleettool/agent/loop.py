@@ -20,6 +20,7 @@ from pathlib import Path
 
 from fleettool.agent.watchdog import CollectorRunner
 from fleettool.collectors.base import Collected, Collector
+from fleettool.collectors.registry import ReportsAvailability
 from fleettool.engine.incremental import RuleScheduler
 from fleettool.model import Event, EventKind, GpuInfo, PodUse, Sample
 from fleettool.store import Store, StoreError
@@ -186,40 +187,7 @@ class Agent:
             prev = self._health.get(cid)
             self._health[cid] = (up, hung)
             if health_due or prev != (up, hung):
-                self._add(
-                    Collected(
-                        samples=[
-                            Sample(
-                                now,
-                                self.cfg.node,
-                                None,
-                                None,
-                                "agent_collector_available",
-                                1.0 if avail else 0.0,
-                                f"collector={cid}",
-                            )
-                        ]
-                    )
-                )
-                sub = f"collector={cid}"
-                n = self.cfg.node
-                rows = [
-                    Sample(now, n, None, None, "agent_collector_up", up, sub),
-                    Sample(now, n, None, None, "agent_collector_hung", hung, sub),
-                    Sample(now, n, None, None, "agent_collector_duration_s", round(res.duration_s, 6), sub),
-                ]
-                if cid == "nvml":
-                    rows.append(
-                        Sample(
-                            now,
-                            n,
-                            None,
-                            None,
-                            "agent_nvml_available",
-                            0.0 if runner.collector.reason else 1.0,
-                        )
-                    )
-                self._add(Collected(samples=rows))
+                self._report_health(now, runner.collector, avail, up, hung, res.duration_s)
         if health_due:
             self._last_health = now
             n = self.cfg.node
@@ -236,6 +204,24 @@ class Agent:
                     ]
                 )
             )
+
+    def _report_health(
+        self, now: float, c: Collector, avail: bool, up: float, hung: float, duration_s: float
+    ) -> None:
+        """One collector's health gauges, the same for every collector, plus the node-level gauge that a
+        collector may name for its availability (ReportsAvailability: NVML's agent_nvml_available)."""
+        n, sub = self.cfg.node, f"collector={c.id}"
+        self._add(
+            Collected(samples=[Sample(now, n, None, None, "agent_collector_available", float(avail), sub)])
+        )
+        rows = [
+            Sample(now, n, None, None, "agent_collector_up", up, sub),
+            Sample(now, n, None, None, "agent_collector_hung", hung, sub),
+            Sample(now, n, None, None, "agent_collector_duration_s", round(duration_s, 6), sub),
+        ]
+        if isinstance(c, ReportsAvailability):
+            rows.append(Sample(now, n, None, None, c.availability_metric, 0.0 if c.reason else 1.0))
+        self._add(Collected(samples=rows))
 
     def _event(self, now: float, msg: str, source: str) -> None:
         self._add(Collected(events=[Event(now, self.cfg.node, EventKind.AGENT.value, msg, source=source)]))

@@ -5,18 +5,33 @@ from __future__ import annotations
 import errno
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, hostname, open_store, parse_duration
 from fleettool.cli.exit_codes import ExitCode
+from fleettool.collectors import registry
+
+if TYPE_CHECKING:
+    from fleettool.collectors.base import Collector
+    from fleettool.sources.base import GpuSource
 
 SourceOpt = Annotated[
     str, typer.Option("--source", help="nvml (live), or fake (recorded H200 data, no GPU needed)")
 ]
 GpusOpt = Annotated[int, typer.Option("--gpus", min=1, help="GPUs the fake source pretends to have")]
-COLLECTORS = frozenset({"nvml", "kmsg", "dcgm-exporter"})  # the ids --no-collector accepts
+_NAMES = ", ".join(registry.names())  # the flags' help comes from the registry, as the names they accept do
+CollectorOpt = Annotated[
+    list[str] | None,
+    typer.Option("--collector", metavar="NAME", help=f"enable a collector by id (repeatable): {_NAMES}"),
+]
+NoCollectorOpt = Annotated[
+    list[str] | None,
+    typer.Option("--no-collector", metavar="NAME", help=f"disable a collector by id (repeatable): {_NAMES}"),
+]
+DCGM_URL = "http://localhost:9400/metrics"
+RECORD_DEFAULTS = ("nvml",)  # what `record` runs without --collector: the recording is the GPUs' series
 InjectOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -25,55 +40,55 @@ InjectOpt = Annotated[
 ]
 
 
-def _build(
-    node: str,
-    source: str,
-    gpus: int,
-    inject: list[str] | None,
-    recording: Path | None,
-    fake_costs: bool,
-    interval: float,
-    expect_gpus: int | None,
-    kmsg: str = "auto",
-    dcgm_url: str = "",
-) -> list:  # type: ignore[type-arg]
-    from fleettool.collectors.dcgm_exporter import DcgmExporterCollector
-    from fleettool.collectors.kmsg import KmsgCollector
-    from fleettool.collectors.nvml import NvmlCollector
-    from fleettool.sources.base import GpuSource
-
-    src: GpuSource
+def _gpu_source(
+    source: str, gpus: int, inject: list[str] | None, recording: Path | None, fake_costs: bool
+) -> GpuSource:
+    """The GPU source the NVML collector reads: live NVML, or the fake playing a recording with faults."""
     if source == "nvml":
         if inject:
             raise typer.BadParameter("--inject needs --source fake", param_hint="--inject")
         from fleettool.sources.nvml import NvmlSource
 
-        src = NvmlSource()
-    elif source == "fake":
-        from fleettool.sources.fake import FakeSource, parse_injection
-
-        try:
-            faults = [parse_injection(s) for s in inject or []]
-        except ValueError as e:
-            raise typer.BadParameter(str(e), param_hint="--inject") from None
-        for spec, f in zip(inject or [], faults, strict=True):
-            if f.gpu is not None and not 0 <= f.gpu < gpus:
-                raise typer.BadParameter(
-                    f"{spec!r}: there is no GPU {f.gpu} (--gpus {gpus}: GPUs 0 to {gpus - 1})",
-                    param_hint="--inject",
-                )
-        if recording is not None and not recording.is_file():
-            what = "is a directory (give its nvml.om.gz)" if recording.is_dir() else "no such file"
-            raise die(f"{recording}: {what} (--recording)", ExitCode.BAD_INPUT)
-        src = FakeSource(gpus=gpus, recording=recording, inject=faults, costs=fake_costs)
-    else:
+        return NvmlSource()
+    if source != "fake":
         raise typer.BadParameter(f"unknown source {source!r} (nvml, fake)", param_hint="--source")
-    out: list = [NvmlCollector(src, node, interval_s=interval, expected_gpus=expect_gpus)]  # type: ignore[type-arg]
-    if kmsg != "off":
-        out.append(KmsgCollector(node, spec=kmsg))
-    if dcgm_url and dcgm_url != "off":
-        out.append(DcgmExporterCollector(node, dcgm_url))
-    return out
+    from fleettool.sources.fake import FakeSource, parse_injection
+
+    try:
+        faults = [parse_injection(s) for s in inject or []]
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--inject") from None
+    for spec, f in zip(inject or [], faults, strict=True):
+        if f.gpu is not None and not 0 <= f.gpu < gpus:
+            raise typer.BadParameter(
+                f"{spec!r}: there is no GPU {f.gpu} (--gpus {gpus}: GPUs 0 to {gpus - 1})",
+                param_hint="--inject",
+            )
+    if recording is not None and not recording.is_file():
+        what = "is a directory (give its nvml.om.gz)" if recording.is_dir() else "no such file"
+        raise die(f"{recording}: {what} (--recording)", ExitCode.BAD_INPUT)
+    return FakeSource(gpus=gpus, recording=recording, inject=faults, costs=fake_costs)
+
+
+def _selected(
+    on: list[str] | None, off: list[str] | None, defaults: tuple[str, ...] | None = None
+) -> list[str]:
+    """The collectors --collector / --no-collector pick, by registry name (a usage error names the flag)."""
+    for given, hint in ((on, "--collector"), (off, "--no-collector")):
+        try:
+            registry.check_names(given or [])
+        except registry.UnknownCollector as e:
+            raise typer.BadParameter(str(e), param_hint=hint) from None
+    if both := sorted(set(on or []) & set(off or [])):
+        raise typer.BadParameter(f"{', '.join(both)} also given to --no-collector", param_hint="--collector")
+    return registry.select(on or [], off or [], defaults)
+
+
+def _build(cfg: registry.CollectorConfig, selected: list[str]) -> list[Collector]:
+    try:
+        return registry.build(cfg, selected)
+    except registry.CollectorConfigError as e:
+        raise die(str(e), ExitCode.BAD_INPUT) from None
 
 
 def register(app: typer.Typer) -> None:
@@ -93,9 +108,8 @@ def register(app: typer.Typer) -> None:
         fake_costs: Annotated[
             bool, typer.Option(help="fake source spins for the measured H200 cost of each call")
         ] = False,
-        no_collector: Annotated[
-            list[str] | None, typer.Option("--no-collector", help="disable a collector by id (repeatable)")
-        ] = None,
+        collector: CollectorOpt = None,
+        no_collector: NoCollectorOpt = None,
         expect_gpus: Annotated[int | None, typer.Option(min=1, help="GPUs this node should have")] = None,
         kmsg: Annotated[
             str,
@@ -106,7 +120,7 @@ def register(app: typer.Typer) -> None:
         ] = "auto",
         dcgm_exporter: Annotated[
             str, typer.Option(help="dcgm-exporter URL to scrape every 10 s, or off")
-        ] = "http://localhost:9400/metrics",
+        ] = DCGM_URL,
         rules: Annotated[
             list[Path] | None, typer.Option("--rules", help="rule files or directories (default: built-in)")
         ] = None,
@@ -157,22 +171,16 @@ def register(app: typer.Typer) -> None:
             export_to=export_to,
             export_every_s=parse_duration(export_every, "--export-every"),
         )
-        off = set(no_collector or [])
-        if off - COLLECTORS:
-            raise typer.BadParameter(
-                f"unknown collector {', '.join(sorted(off - COLLECTORS))} (one of {', '.join(sorted(COLLECTORS))})",
-                param_hint="--no-collector",
-            )
-        if kmsg != "off" and "kmsg" not in off:
-            from fleettool.sources.kmsg import check_spec
-
-            # a path the user typed must exist (a typo would otherwise collect nothing, quietly)
-            if (why := check_spec(kmsg)) is not None:
-                raise die(why, ExitCode.BAD_INPUT)
-        collectors = _build(
-            name, source, gpus, inject, recording, fake_costs, ivl, expect_gpus, kmsg, dcgm_exporter
+        selected = _selected(collector, no_collector)
+        ccfg = registry.CollectorConfig(
+            node=name,
+            gpu_source=_gpu_source(source, gpus, inject, recording, fake_costs),
+            interval_s=ivl,
+            expected_gpus=expect_gpus,
+            kmsg=kmsg,
+            dcgm_url=dcgm_exporter,
         )
-        collectors = [c for c in collectors if c.id not in off]
+        collectors = _build(ccfg, selected)  # a --kmsg path that is missing is refused here
         scheduler = None
         if not no_rules:
             from fleettool.cli.rules_cmd import _load
@@ -238,21 +246,33 @@ def register(app: typer.Typer) -> None:
         all_tiers_every: Annotated[
             str | None, typer.Option(help="sample every tier this often (default: tiered by cost)")
         ] = None,
+        collector: CollectorOpt = None,
+        no_collector: NoCollectorOpt = None,
     ) -> None:
         """Record telemetry as a recording directory: nvml.om.gz (OpenMetrics with timestamps) and
         kernel.log (events as kernel-log lines). Replays with `fleettool replay DIR`.
+
+        Only the nvml collector runs unless --collector adds others (kmsg: the kernel log, found as the
+        agent's `--kmsg auto` finds it).
 
         Example: fleettool record --out fixtures/h200-gemm --duration 60s
         """
         from fleettool.agent.loop import Agent, AgentConfig
         from fleettool.recording.writer import RecordingWriter
-        from fleettool.sources.base import Tier
 
         name = node or hostname()
         ivl = parse_duration(interval, "--interval")
         secs = parse_duration(duration, "--duration")
         every = parse_duration(all_tiers_every, "--all-tiers-every") if all_tiers_every else None
-        collectors = _build(name, source, gpus, inject, recording, False, ivl, None, kmsg="off")
+        selected = _selected(collector, no_collector, defaults=RECORD_DEFAULTS)
+        ccfg = registry.CollectorConfig(
+            node=name,
+            gpu_source=_gpu_source(source, gpus, inject, recording, False),
+            interval_s=ivl,
+            all_tiers_every_s=every,
+            dcgm_url=DCGM_URL,
+        )
+        collectors = _build(ccfg, selected)
         if out.exists() and not out.is_dir():
             raise die(f"{out}: exists and is not a directory (--out)", ExitCode.BAD_INPUT)
         try:  # before recording for minutes, not after
@@ -261,9 +281,6 @@ def register(app: typer.Typer) -> None:
             raise die(
                 f"{out}: cannot create the directory: {e.strerror or e} (--out)", ExitCode.BAD_INPUT
             ) from None
-        if every is not None:
-            for c in collectors:
-                c.tier_s = {Tier.FAST: ivl, Tier.MEDIUM: every, Tier.DEAR: every, Tier.STATIC: every}
         writer = RecordingWriter(out, name)
         cfg = AgentConfig(db=None, node=name, interval_s=ivl, duration_s=secs, quiet=False)
         ag = Agent(cfg, collectors, sink=writer.add)
