@@ -4,38 +4,22 @@ burn-in results, its runbook), and the fleet grid (every node and GPU with its w
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import time
 from importlib import resources
 from typing import Any
 
-from fleettool.engine.silences import annotate
 from fleettool.store import Store
+from fleettool.store.alerts import alert_by_id, alert_gpus, list_alerts
+from fleettool.store.nodes import node_states
+from fleettool.store.values import db_time, epoch
 
 SEV_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 
-def _epoch(v: Any) -> float | None:
-    if v is None:
-        return None
-    return v.replace(tzinfo=dt.timezone.utc).timestamp()
-
-
 def alerts(store: Store, *, now: float | None = None, state: str | None = None) -> list[dict[str, Any]]:
-    sql = (
-        "SELECT alert_id, rule, category, severity, node, gpu, action, state, first_seen, last_seen, summary, "
-        "runbook FROM alerts"
-    )
-    params: list[Any] = []
-    if state:
-        sql += " WHERE state = ?"
-        params.append(state)
-    rows = store.query(sql, params)
-    rows.sort(
-        key=lambda r: (r["state"] != "firing", SEV_RANK.get(r["severity"], 3), -(_epoch(r["last_seen"]) or 0))
-    )
-    return annotate(store, rows, time.time() if now is None else now)
+    """The alert list, in triage order (fleettool.store.alerts.AlertOrder.TRIAGE), silences and
+    acknowledgements as of `now` (default: the wall clock)."""
+    return list_alerts(store, now=now, state=state)
 
 
 def runbook_text(runbook: str) -> str:
@@ -47,14 +31,12 @@ def runbook_text(runbook: str) -> str:
 
 
 def alert_detail(store: Store, alert_id: str, *, points: int = 60) -> dict[str, Any] | None:
-    rows = store.query("SELECT * FROM alerts WHERE alert_id = ?", [alert_id])
-    if not rows:
+    a = alert_by_id(store, alert_id)
+    if a is None:
         return None
-    a = rows[0]
     ev = json.loads(a["evidence"]) if a["evidence"] else {}
-    t0, t1 = ev.get("window") or [(_epoch(a["first_seen"]) or 0) - 600, (_epoch(a["last_seen"]) or 0) + 600]
-    lo = dt.datetime.fromtimestamp(t0, tz=dt.timezone.utc).replace(tzinfo=None)
-    hi = dt.datetime.fromtimestamp(t1, tz=dt.timezone.utc).replace(tzinfo=None)
+    t0, t1 = ev.get("window") or [(epoch(a["first_seen"]) or 0) - 600, (epoch(a["last_seen"]) or 0) + 600]
+    lo, hi = db_time(t0), db_time(t1)
     series = {}
     for metric, _rule in ev.get("series", []):
         vals = store.query(
@@ -101,12 +83,14 @@ def alert_detail(store: Store, alert_id: str, *, points: int = 60) -> dict[str, 
 
 def fleet_grid(store: Store) -> list[dict[str, Any]]:
     """One row per node: its GPUs and, per GPU, the worst firing alert's severity (None when healthy)."""
+    firing = list_alerts(store, state="firing")
     gpus = store.query(
-        "SELECT node, gpu, any_value(model) AS model FROM gpus WHERE gpu IS NOT NULL GROUP BY node, gpu "
-        "UNION SELECT DISTINCT node, gpu, NULL FROM alerts WHERE gpu IS NOT NULL"
+        "SELECT node, gpu, any_value(model) AS model FROM gpus WHERE gpu IS NOT NULL GROUP BY node, gpu"
     )
+    known = {(g["node"], g["gpu"]) for g in gpus}
+    gpus += [{"node": n, "gpu": g, "model": None} for n, g in alert_gpus(store) if (n, g) not in known]
     worst: dict[tuple[str, int | None], str] = {}
-    for a in store.query("SELECT node, gpu, severity FROM alerts WHERE state = 'firing'"):
+    for a in firing:
         k = (a["node"], a["gpu"])
         if k not in worst or SEV_RANK[a["severity"]] < SEV_RANK[worst[k]]:
             worst[k] = a["severity"]
@@ -121,9 +105,9 @@ def fleet_grid(store: Store) -> list[dict[str, Any]]:
         if gpu is None:
             n = nodes.setdefault(node, {"node": node, "model": None, "gpus": {}, "node_alert": None})
             n["node_alert"] = sev
-    states = {r["node"]: r["state"] for r in store.query("SELECT node, state FROM node_states")}
+    states = node_states(store)
     cats: dict[str, set[str]] = {}
-    for a in store.query("SELECT node, category FROM alerts WHERE state = 'firing'"):
+    for a in firing:
         cats.setdefault(a["node"], set()).add(a["category"])
     out = []
     for n in nodes.values():
@@ -148,7 +132,7 @@ def node_view(store: Store, node: str) -> dict[str, Any]:
     gpus: dict[int, dict[str, Any]] = {}
     for g in gauges:
         gpus.setdefault(g["gpu"], {"gpu": g["gpu"]})[g["metric"]] = g["value"]
-    for a in store.query("SELECT gpu, severity FROM alerts WHERE node = ? AND state = 'firing'", [node]):
+    for a in list_alerts(store, state="firing", node=node):
         if a["gpu"] is not None:
             cur = gpus.setdefault(a["gpu"], {"gpu": a["gpu"]})
             if SEV_RANK[a["severity"]] < SEV_RANK.get(cur.get("alert") or "", 3):

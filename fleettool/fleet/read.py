@@ -15,6 +15,7 @@ import pyarrow.fs as pafs
 from fleettool.fleet.location import Location, open_location
 from fleettool.fleet.segments import SERIES, SNAPSHOTS
 from fleettool.store import Store
+from fleettool.store.attach import attach, dataset_source, parquet_source, source_columns
 
 
 class FleetError(ValueError):
@@ -70,27 +71,16 @@ def open_fleet(
         files = _files(loc, table)
         if not files:
             continue
-        cols = [r[0] for r in store.con.execute(f"DESCRIBE {table}").fetchall()]
         if local:
-            src = (
-                "read_parquet(["
-                + ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-                + "], union_by_name = true)"
-            )
-            have = {r[0] for r in store.con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+            src = parquet_source(files)
+            have = source_columns(store, src)
         else:
             dset = ds.dataset(files, filesystem=loc.fs, format="parquet")
             keep.append(dset)
-            src = f"_fleet_{table}"
-            store.con.register(src, dset)
+            src = dataset_source(store, table, dset)
             have = set(dset.schema.names)
-        select = ", ".join(c if c in have else f"NULL AS {c}" for c in cols)
-        if table == "alerts" or materialize:  # a real table: fleet-wide evaluation writes alerts into it
-            # clustered by metric, as an agent's store is: every rule filters on one metric and DuckDB's
-            # zone maps then skip the rest
-            order = " ORDER BY metric, node, gpu" if table in ("samples", "samples_1m") else ""
-            store.con.execute(f"INSERT INTO {table} SELECT {select} FROM {src}{order}")
-            continue
-        store.con.execute(f"DROP TABLE {table}")
-        store.con.execute(f"CREATE VIEW {table} AS SELECT {select} FROM {src}")
+        # alerts: a real table, fleet-wide evaluation writes alerts into it. Series are clustered by metric,
+        # as an agent's store is: every rule filters on one metric and DuckDB's zone maps then skip the rest
+        order = "metric, node, gpu" if table in ("samples", "samples_1m") else ""
+        attach(store, table, src, have=have, copy=table == "alerts" or materialize, order_by=order)
     return store

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from fleettool.fleet.location import Location
 from fleettool.store import Store
+from fleettool.store.meta import get_meta, set_meta
 
 SERIES = {"samples": "ts", "samples_1m": "minute", "events": "ts"}
 SNAPSHOTS = ("alerts", "gpus", "nccl_runs", "nccl_rows", "burnin_results")
@@ -63,14 +64,6 @@ def write_atomic(loc: Location, path: str, table: pa.Table) -> int:
     return int(loc.fs.get_file_info(path).size or 0)
 
 
-def _meta_get(store: Store, key: str) -> str | None:
-    return store.scalar("SELECT value FROM meta WHERE key = ?", [key])
-
-
-def _meta_set(store: Store, key: str, value: str) -> None:
-    store.con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", [key, value])
-
-
 def export(
     store: Store,
     loc: Location,
@@ -86,7 +79,7 @@ def export(
     rep = ExportReport()
     for table, tcol in SERIES.items():
         wm_key = f"export:{table}:{loc.url}"
-        wm = _meta_get(store, wm_key)
+        wm = get_meta(store, wm_key)
         lo = dt.datetime.fromisoformat(wm) if wm else None
         params: list[object] = [_hour(cutoff)]
         where = f"{tcol} < ?"
@@ -94,21 +87,21 @@ def export(
             where += f" AND {tcol} >= ?"
             params.append(lo)
         hours = [
-            r[0]
-            for r in store.con.execute(
+            r["h"]
+            for r in store.query(
                 f"SELECT DISTINCT time_bucket(INTERVAL 1 HOUR, {tcol}) AS h FROM {table} "
                 f"WHERE {tcol} IS NOT NULL AND {where} ORDER BY h",
                 params,
-            ).fetchall()
+            )
         ]
         order = {"samples": "metric, gpu, sub, ts", "samples_1m": "metric, gpu, sub, minute"}.get(table, "ts")
         last_done = None
         for h in hours:
             # one query per hour, every node at once, sorted by node: each node's rows are one slice
-            t = store.con.sql(
-                f"SELECT * FROM {table} WHERE {tcol} >= $h AND {tcol} < $h + INTERVAL 1 HOUR ORDER BY node, {order}",
-                params={"h": h},
-            ).to_arrow_table()
+            t = store.arrow(
+                f"SELECT * FROM {table} WHERE {tcol} >= ? AND {tcol} < ? + INTERVAL 1 HOUR ORDER BY node, {order}",
+                [h, h],
+            )
             for node, piece in _by_node(t):
                 name = f"{table}-{_safe(node)}-{h.strftime('%Y%m%dT%H')}.parquet"
                 path = loc.path(table, f"date={h.strftime('%Y-%m-%d')}", f"node={_safe(node)}", name)
@@ -119,11 +112,11 @@ def export(
             last_done = h
         if last_done is not None:
             # the watermark moves only once every segment of these hours is written
-            _meta_set(store, wm_key, (last_done + dt.timedelta(hours=1)).isoformat())
+            set_meta(store, wm_key, (last_done + dt.timedelta(hours=1)).isoformat())
         rep.segments += _compact_days(store, loc, table, tcol, order, cutoff)
     who = _safe(exporter)
     for table in SNAPSHOTS:
-        t = store.con.sql(f"SELECT * FROM {table}").to_arrow_table()
+        t = store.arrow(f"SELECT * FROM {table}")
         if t.num_rows == 0:
             continue
         path = loc.path(table, f"exporter={who}", f"{table}-{who}.parquet")
@@ -138,25 +131,23 @@ def _compact_days(store: Store, loc: Location, table: str, tcol: str, order: str
     the bytes: Parquet's per-file overhead and zstd's window both favour bigger files). The daily file is
     written first, then the hourly ones are deleted; readers ignore hourly files beside a daily one, so a crash
     in between shows each row once."""
-    wm = _meta_get(store, f"export:{table}:{loc.url}")
+    wm = get_meta(store, f"export:{table}:{loc.url}")
     if not wm:
         return 0
     done_until = min(dt.datetime.fromisoformat(wm), _hour(cutoff))
     days = [
-        r[0]
-        for r in store.con.execute(
+        r["d"]
+        for r in store.query(
             f"SELECT DISTINCT CAST({tcol} AS DATE) AS d FROM {table} WHERE {tcol} < ? ORDER BY d",
             [dt.datetime.combine(done_until.date(), dt.time())],
-        ).fetchall()
+        )
     ]
     written = 0
     for day in days:
         key = f"compact:{table}:{loc.url}:{day.isoformat()}"
-        if _meta_get(store, key):
+        if get_meta(store, key):
             continue
-        t = store.con.sql(
-            f"SELECT * FROM {table} WHERE CAST({tcol} AS DATE) = $d ORDER BY node, {order}", params={"d": day}
-        ).to_arrow_table()
+        t = store.arrow(f"SELECT * FROM {table} WHERE CAST({tcol} AS DATE) = ? ORDER BY node, {order}", [day])
         for node, piece in _by_node(t):
             part = loc.path(table, f"date={day.isoformat()}", f"node={_safe(node)}")
             daily = f"{part}/{table}-{_safe(node)}-{day.strftime('%Y%m%d')}-day.parquet"
@@ -169,7 +160,7 @@ def _compact_days(store: Store, loc: Location, table: str, tcol: str, order: str
                     and not f.path.endswith("-day.parquet")
                 ):
                     loc.fs.delete_file(f.path)
-        _meta_set(store, key, "1")
+        set_meta(store, key, "1")
     return written
 
 

@@ -12,11 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from fleettool.store.errors import NotFleettool, StoreCorrupt, StoreError, StoreLocked
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def _classify(path: str, err: Exception) -> StoreError:
@@ -66,6 +69,10 @@ class Connection:
     def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         rows = self.con.execute(sql, params or []).fetchall()  # fetchall: leave no result open (duckdb 2)
         return rows[0][0] if rows else None
+
+    def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        """The rows of a query as one Arrow table (what Parquet export writes)."""
+        return self.con.sql(sql, params=list(params or [])).to_arrow_table()
 
     def begin(self) -> None:
         self.con.execute("BEGIN TRANSACTION")
