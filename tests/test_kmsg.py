@@ -10,15 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleettool.formats.kmsg import (
-    KernelLogParser,
-    KernelRecord,
-    month_number,
-    parse_iso,
-    parse_journal_entry,
-    parse_kernel_log,
-    parse_kmsg_record,
-)
+from fleettool.formats.kmsg import KernelLogParser, KernelRecord, parse_kernel_log
+from fleettool.formats.kmsg_entries import parse_journal_entry, parse_kmsg_record
+from fleettool.formats.kmsg_prefix import month_number, parse_iso
 from tests.conftest import FIXTURES
 
 SAMPLES = FIXTURES / "samples" / "kmsg" / "xid-lines.txt"
@@ -532,3 +526,12 @@ def test_repeated_xid_text_parses_the_same_with_its_own_time() -> None:
     assert first == {"gpu_instance": 5, "pid": 7194, "process": "a b"}
     recs[0].detail["pid"] = 1  # a caller changing one record must not change the next
     assert parse_kernel_log([body])[0].detail["pid"] == 7194
+
+
+def test_iso_stamps_of_days_that_do_not_exist_are_no_time() -> None:
+    assert parse_iso("2024-02-30T00:00:00Z") is None  # not 1 March
+    assert parse_iso("kern  :warn  : 2024-02-29T00:00:00,5+00:00 NVRM: x") == ts(2024, 2, 29, 0, 0, 0) + 0.5
+    (rec,) = parse_kernel_log(
+        ["kern  :warn  : 2024-02-30T00:00:00,1+00:00 NVRM: Xid (PCI:0000:01:00): 79, x"]
+    )
+    assert rec.code == 79 and rec.ts is None

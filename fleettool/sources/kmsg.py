@@ -35,7 +35,7 @@ import threading
 import time
 from typing import BinaryIO, Protocol
 
-from fleettool.formats.kmsg import parse_kmsg_record
+from fleettool.formats.kmsg_entries import parse_kmsg_record
 from fleettool.sources.base import SourceUnavailable
 
 KMSG_DEVICE = (1, 11)  # major, minor of /dev/kmsg (Documentation/admin-guide/devices.txt)
