@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,13 +13,10 @@ import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, open_store, parse_duration
 from fleettool.cli.exit_codes import ExitCode
-from fleettool.cli.query_cmd import _print_table, _ts
+from fleettool.cli.options import DbOpt, JsonOpt, ReasonOpt, WhoOpt
+from fleettool.cli.output import emit, with_iso
+from fleettool.store.alerts import ALERT_STATES, AlertOrder, list_alerts
 
-DbOpt = Annotated[Path, typer.Option(help="DuckDB file")]
-WhoOpt = Annotated[str, typer.Option("--by", help="who (default: $USER)")]
-ReasonOpt = Annotated[str, typer.Option("--reason", "-m", help="why")]
-
-ALERT_STATES = ("pending", "firing", "resolved")  # what the store's alerts.state holds
 alerts_app = typer.Typer(invoke_without_command=True)
 silence_app = typer.Typer(help="Mute matching alerts until a time.", no_args_is_help=True)
 
@@ -32,49 +29,40 @@ def _who(v: str) -> str:
 def alerts(
     ctx: typer.Context,
     db: DbOpt = DEFAULT_DB,
-    json_out: Annotated[bool, typer.Option("--json", help="print a JSON array")] = False,
-    state: Annotated[str | None, typer.Option(help="only alerts in this state (firing, resolved)")] = None,
+    json_out: JsonOpt = False,
+    state: Annotated[
+        str | None, typer.Option(help=f"only alerts in this state ({', '.join(ALERT_STATES)})")
+    ] = None,
     hide_silenced: Annotated[bool, typer.Option("--hide-silenced", help="leave out silenced alerts")] = False,
 ) -> None:
-    """List alerts, worst and newest first, with their silences and acknowledgements.
+    """List alerts, firing first, then worst and newest first, with their silences and acknowledgements.
 
     Example: fleettool alerts --db fleet.duckdb --json
     """
     if ctx.invoked_subcommand is not None:
         return
-    from fleettool.engine.silences import annotate
-
-    sql = (
-        "SELECT alert_id, rule, category, severity, node, gpu, action, state, first_seen, last_seen, summary, "
-        "runbook FROM alerts"
-    )
-    params: list[Any] = []
     if state and state not in ALERT_STATES:
         raise typer.BadParameter(
             f"{state!r} is not a state (one of {', '.join(ALERT_STATES)})", param_hint="--state"
         )
-    if state:
-        sql += " WHERE state = ?"
-        params.append(state)
-    sql += " ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, last_seen DESC"
     with open_store(db, read_only=True) as store:
-        rows = annotate(store, store.query(sql, params), time.time())
-    out = [
-        dict(r, first_seen=_ts(r["first_seen"]), last_seen=_ts(r["last_seen"]), ack_until=_ts(r["ack_until"]))
-        for r in rows
-        if not (hide_silenced and r["silenced"])
-    ]
-    if json_out:
-        json.dump(out, sys.stdout, indent=1)
-        print()
-    else:
-        for o in out:
-            o["note"] = ("silenced " if o["silenced"] else "") + (
-                f"ack:{o['ack_by']}" if o["acknowledged"] else ""
-            )
-        _print_table(
-            out, ["alert_id", "severity", "category", "node", "gpu", "action", "state", "note", "summary"]
+        rows = list_alerts(
+            store, state=state or None, include_silenced=not hide_silenced, order=AlertOrder.TRIAGE
         )
+    emit(
+        [with_iso(r, "first_seen", "last_seen", "ack_until") for r in rows],
+        ["alert_id", "severity", "category", "node", "gpu", "action", "state", ("note", _note), "summary"],
+        as_json=json_out,
+    )
+
+
+def _note(alert: Mapping[str, Any]) -> str:
+    """Silenced and who acknowledged, for the table."""
+    parts = (
+        "silenced" if alert["silenced"] else "",
+        f"ack:{alert['ack_by']}" if alert["acknowledged"] else "",
+    )
+    return " ".join(p for p in parts if p)
 
 
 def _ack(db: Path, alert_id: str, kind: str, for_: str, who: str, reason: str) -> None:
@@ -165,7 +153,7 @@ def silence_add(
 
 
 @silence_app.command("list")
-def silence_list(db: DbOpt = DEFAULT_DB, json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+def silence_list(db: DbOpt = DEFAULT_DB, json_out: JsonOpt = False) -> None:
     """List silences still in force.
 
     Example: fleettool silence list --json
@@ -173,15 +161,8 @@ def silence_list(db: DbOpt = DEFAULT_DB, json_out: Annotated[bool, typer.Option(
     from fleettool.engine.silences import active_silences
 
     with open_store(db, read_only=True) as store:
-        rows = [
-            dict(r, created=_ts(r["created"]), until=_ts(r["until"]))
-            for r in active_silences(store, time.time())
-        ]
-    if json_out:
-        json.dump(rows, sys.stdout, indent=1)
-        print()
-    else:
-        _print_table(rows, ["silence_id", "node", "gpu", "rule", "category", "until", "who", "reason"])
+        rows = [with_iso(r, "created", "until") for r in active_silences(store, time.time())]
+    emit(rows, ["silence_id", "node", "gpu", "rule", "category", "until", "who", "reason"], as_json=json_out)
 
 
 @silence_app.command("expire")

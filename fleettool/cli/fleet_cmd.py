@@ -3,8 +3,6 @@ over a fleet location)."""
 
 from __future__ import annotations
 
-import json
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -13,12 +11,13 @@ import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, hostname, open_store
 from fleettool.cli.exit_codes import ExitCode
+from fleettool.cli.options import FleetInsteadOpt, FleetOpt, JsonOpt
+from fleettool.cli.output import emit, print_json, with_iso
 
 if TYPE_CHECKING:
     from fleettool.store import Store
 
 fleet_app = typer.Typer(help="Fleet-wide views over exported segments.", no_args_is_help=True)
-FleetArg = Annotated[str, typer.Option("--fleet", help="a directory (NFS) or s3://bucket/prefix")]
 
 
 def open_fleet_or_die(fleet: str, **kw: Any) -> Store:
@@ -43,7 +42,7 @@ def register(app: typer.Typer) -> None:
         include_current_hour: Annotated[
             bool, typer.Option(help="also the hour in progress (default: whole hours only)")
         ] = False,
-        json_out: Annotated[bool, typer.Option("--json")] = False,
+        json_out: JsonOpt = False,
     ) -> None:
         """Export the store as Parquet segments (zstd), partitioned by date and node, whole hours only; a
         segment is visible whole or not at all and a crash mid-export loses nothing (the next export writes the
@@ -73,8 +72,7 @@ def register(app: typer.Typer) -> None:
                 ) from None
         out = {"segments": rep.segments, "rows": rep.rows, "bytes": rep.bytes, "tables": rep.by_table}
         if json_out:
-            json.dump(out, sys.stdout)
-            print()
+            print_json(out, indent=None)
         else:
             print(f"{rep.segments} segments, {rep.rows} rows, {rep.bytes} bytes -> {to}")
 
@@ -83,12 +81,12 @@ def register(app: typer.Typer) -> None:
 
 @fleet_app.command("alerts")
 def fleet_alerts(
-    fleet: FleetArg,
+    fleet: FleetOpt,
     evaluate: Annotated[
         bool,
         typer.Option("--evaluate", help="evaluate the rules over the whole fleet (fleet-wide peers, NCCL)"),
     ] = False,
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Alerts of every node of a fleet location: the agents' own (exported), or with --evaluate the rules run
     over every node's segments at once (GPUs against the fleet baseline of their SKU, NCCL localisation across
@@ -96,30 +94,22 @@ def fleet_alerts(
 
     Example: fleettool fleet alerts --fleet s3://gpu-fleet/segments --evaluate --json
     """
-    from fleettool.cli.query_cmd import _ts
     from fleettool.engine.evaluate import evaluate as run_rules
     from fleettool.engine.evaluate import write_alerts
     from fleettool.engine.rules import load_rules
+    from fleettool.store.alerts import LIST_COLUMNS, AlertOrder, list_alerts
 
     with open_fleet_or_die(fleet, materialize=evaluate, tables=None if evaluate else ("alerts",)) as store:
         if evaluate:
-            store.con.execute("DELETE FROM alerts")
+            from fleettool.store.alerts import clear_alerts
+
+            clear_alerts(store)
             write_alerts(store, run_rules(store, load_rules()))
-        rows = store.query(
-            "SELECT alert_id, rule, category, severity, node, gpu, action, state, first_seen, last_seen, summary, "
-            "runbook FROM alerts ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, "
-            "node, gpu"
-        )
-    out = [dict(r, first_seen=_ts(r["first_seen"]), last_seen=_ts(r["last_seen"])) for r in rows]
-    if json_out:
-        json.dump(out, sys.stdout, indent=1)
-        print()
-    else:
-        for r in out:
-            print(
-                f"{r['severity']:8s} {r['category']:10s} {r['node']} gpu {r['gpu'] if r['gpu'] is not None else '-'}"
-                f"  {r['action']:16s} {r['summary']}"
-            )
+        rows = list_alerts(store, order=AlertOrder.TRIAGE)
+    # silences and acknowledgements are each agent's own and are not exported: the fleet's rows have none
+    out = [with_iso({c: r[c] for c in LIST_COLUMNS}, "first_seen", "last_seen") for r in rows]
+    gpu = ("gpu", lambda r: "-" if r["gpu"] is None else r["gpu"])
+    emit(out, ["severity", "category", "node", gpu, "action", "state", "summary"], as_json=json_out)
 
 
 def register_tui(app: typer.Typer) -> None:
@@ -128,7 +118,7 @@ def register_tui(app: typer.Typer) -> None:
         db: Annotated[
             Path, typer.Option(help="the agent's database (read-only; acks and silences write)")
         ] = DEFAULT_DB,
-        fleet: Annotated[str | None, typer.Option("--fleet", help="a fleet location instead")] = None,
+        fleet: FleetInsteadOpt = None,
         refresh: Annotated[float, typer.Option(min=0.1, help="seconds between refreshes")] = 10.0,
     ) -> None:
         """The triage dashboard: alerts worst first; Enter opens the evidence (series around the alert, its
@@ -143,6 +133,7 @@ def register_tui(app: typer.Typer) -> None:
         else:
             with open_store(db, read_only=True):
                 pass
-        from fleettool.tui.app import FleetTui, Source
+        from fleettool.tui.app import FleetTui
+        from fleettool.tui.source import Source
 
         FleetTui(Source(db=db, fleet=fleet), refresh_s=refresh).run()

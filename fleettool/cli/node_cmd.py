@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, open_store
 from fleettool.cli.exit_codes import ExitCode
+from fleettool.cli.options import DbOpt, FleetInsteadOpt, JsonOpt, ReasonOpt, WhoOpt
+from fleettool.cli.output import print_json, print_table
 
 VERBS = {
     "status": None,
@@ -32,12 +31,12 @@ def register(app: typer.Typer) -> None:
         action: Annotated[
             str, typer.Argument(help="status, suspect, cordon, repair, burnin, return or rma")
         ] = "status",
-        db: Annotated[Path, typer.Option(help="DuckDB file")] = DEFAULT_DB,
-        by: Annotated[str, typer.Option("--by", help="who (default: $USER)")] = "",
-        reason: Annotated[str, typer.Option("--reason", "-m", help="why")] = "",
+        db: DbOpt = DEFAULT_DB,
+        by: WhoOpt = "",
+        reason: ReasonOpt = "",
         k8s: Annotated[bool, typer.Option("--k8s", help="also kubectl cordon/uncordon the node")] = False,
         slurm: Annotated[bool, typer.Option("--slurm", help="also scontrol drain/resume the node")] = False,
-        json_out: Annotated[bool, typer.Option("--json")] = False,
+        json_out: JsonOpt = False,
     ) -> None:
         """A node's lifecycle: healthy -> suspect -> cordoned -> in-repair -> burn-in -> healthy, or -> rma. Only
         valid transitions; each recorded with who, when and why. Kubernetes and Slurm side effects only with
@@ -82,8 +81,7 @@ def register(app: typer.Typer) -> None:
             "audit": [{k: (str(v) if k == "ts" else v) for k, v in r.items()} for r in trail],
         }
         if json_out:
-            json.dump(out, sys.stdout, indent=1)
-            print()
+            print_json(out)
         else:
             print(f"{name}: {st.state}" + (f" since {st.since} ({st.who}: {st.reason})" if st.since else ""))
             for r in trail:
@@ -94,9 +92,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def report(
-        db: Annotated[Path, typer.Option(help="DuckDB file")] = DEFAULT_DB,
-        fleet: Annotated[str | None, typer.Option("--fleet", help="a fleet location instead")] = None,
-        json_out: Annotated[bool, typer.Option("--json")] = False,
+        db: DbOpt = DEFAULT_DB,
+        fleet: FleetInsteadOpt = None,
+        json_out: JsonOpt = False,
     ) -> None:
         """Fleet statistics: availability per node and fleet, MTBF, incidents by category, and the interruption
         timeline (overlapping incidents of a node merged).
@@ -114,15 +112,12 @@ def register(app: typer.Typer) -> None:
             with open_store(db, read_only=True) as store:
                 rep = make_report(store)
         if json_out:
-            json.dump(rep, sys.stdout, indent=1, default=str)
-            print()
+            print_json(rep, default=str)
             return
         f = rep.get("fleet") or {}
         print(
             f"fleet: {f.get('nodes', 0)} nodes, availability {f.get('availability')}, "
             f"{f.get('interruptions', 0)} interruptions, MTBF {f.get('mtbf_s')} s, by category {f.get('incidents_by_category')}"
         )
-        for n in rep.get("nodes", []):
-            print(
-                f"  {n['node']:20s} availability {n['availability']:.4f}  interruptions {n['interruptions']}"
-            )
+        if rep.get("nodes"):
+            print_table(rep["nodes"], ["node", "availability", "interruptions", "down_s", "mtbf_s"])

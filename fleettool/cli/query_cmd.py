@@ -5,46 +5,21 @@ They open the database read-only for one query; while the agent flushes (millise
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from fleettool.cli.common import DEFAULT_DB, open_store
-
-DbOpt = Annotated[Path, typer.Option(help="DuckDB file to read (opened read-only)")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print a JSON array")]
-
-
-def _ts(v: Any) -> str | None:
-    if v is None:
-        return None
-    return v.strftime("%Y-%m-%dT%H:%M:%S") + (f".{v.microsecond // 1000:03d}" if v.microsecond else "") + "Z"
-
-
-def _print_table(rows: list[dict[str, Any]], cols: list[str]) -> None:
-    if not rows:
-        print("(none)")
-        return
-    width = {
-        c: max(len(c), *(len(str(r.get(c) if r.get(c) is not None else "")) for r in rows)) for c in cols
-    }
-    width = {c: min(w, 80) for c, w in width.items()}
-    print("  ".join(c.upper().ljust(width[c]) for c in cols))
-    for r in rows:
-        print(
-            "  ".join(str(r.get(c) if r.get(c) is not None else "")[: width[c]].ljust(width[c]) for c in cols)
-        )
+from fleettool.cli.options import DbReadOpt, JsonOpt, NodeFilterOpt
+from fleettool.cli.output import emit, iso, with_iso
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def events(
-        db: DbOpt = DEFAULT_DB,
+        db: DbReadOpt = DEFAULT_DB,
         json_out: JsonOpt = False,
-        node: Annotated[str | None, typer.Option(help="only this node")] = None,
+        node: NodeFilterOpt = None,
         kind: Annotated[
             str | None, typer.Option(help="only this kind (xid, sxid, fell-off-bus, nvml-error, agent)")
         ] = None,
@@ -69,29 +44,13 @@ def register(app: typer.Typer) -> None:
         params.append(limit)
         with open_store(db, read_only=True) as store:
             rows = store.query(sql, params)
-        out = [
-            {
-                "ts": _ts(r["ts"]),
-                "node": r["node"],
-                "gpu": r["gpu"],
-                "uuid": r["uuid"],
-                "pci_bus_id": r["pci_bus_id"],
-                "kind": r["kind"],
-                "code": r["code"],
-                "message": r["message"],
-                "source": r["source"],
-            }
-            for r in rows
-        ]
-        if json_out:
-            json.dump(out, sys.stdout, indent=1)
-            print()
-        else:
-            _print_table(out, ["ts", "node", "gpu", "kind", "code", "message"])
+        cols = ("ts", "node", "gpu", "uuid", "pci_bus_id", "kind", "code", "message", "source")
+        out = [with_iso({c: r[c] for c in cols}, "ts") for r in rows]
+        emit(out, ["ts", "node", "gpu", "kind", "code", "message"], as_json=json_out)
 
     @app.command()
     def nccl(
-        db: DbOpt = DEFAULT_DB,
+        db: DbReadOpt = DEFAULT_DB,
         json_out: JsonOpt = False,
         node: Annotated[str | None, typer.Option(help="only runs that include this node")] = None,
         rows: Annotated[
@@ -128,31 +87,29 @@ def register(app: typer.Typer) -> None:
                 "peak_busbw_gbps": r["peak_busbw_gbps"],
                 "rows": table.get(r["run_id"], []) if rows else len(table.get(r["run_id"], [])),
                 "source": r["source"],
-                "ts": _ts(r["ts"]),
+                "ts": iso(r["ts"]),
                 "wrong": r["wrong"],
                 "version": r["version"],
                 "run_id": r["run_id"],
             }
             for r in runs
         ]
-        if json_out:
-            json.dump(out, sys.stdout, indent=1)
-            print()
-        else:
-            flat = [
-                dict(
-                    o,
-                    nodes=",".join(o["nodes"]),
-                    rows=len(o["rows"]) if isinstance(o["rows"], list) else o["rows"],
-                )
-                for o in out
-            ]
-            _print_table(
-                flat, ["op", "ranks", "nodes", "avg_busbw_gbps", "peak_busbw_gbps", "rows", "source"]
-            )
+        emit(
+            out,
+            [
+                "op",
+                "ranks",
+                ("nodes", lambda o: ",".join(o["nodes"])),
+                "avg_busbw_gbps",
+                "peak_busbw_gbps",
+                ("rows", lambda o: len(o["rows"]) if isinstance(o["rows"], list) else o["rows"]),
+                "source",
+            ],
+            as_json=json_out,
+        )
 
     @app.command()
-    def gpus(db: DbOpt = DEFAULT_DB, json_out: JsonOpt = False) -> None:
+    def gpus(db: DbReadOpt = DEFAULT_DB, json_out: JsonOpt = False) -> None:
         """List the GPUs the store knows (node, index, UUID, PCI id, model, driver).
 
         Example: fleettool gpus --db fleet.duckdb
@@ -162,9 +119,5 @@ def register(app: typer.Typer) -> None:
                 "SELECT node, gpu, uuid, pci_bus_id, model, driver, serial, first_seen, last_seen FROM gpus "
                 "ORDER BY node, gpu"
             )
-        out = [dict(r, first_seen=_ts(r["first_seen"]), last_seen=_ts(r["last_seen"])) for r in rows]
-        if json_out:
-            json.dump(out, sys.stdout, indent=1)
-            print()
-        else:
-            _print_table(out, ["node", "gpu", "uuid", "pci_bus_id", "model", "driver"])
+        out = [with_iso(r, "first_seen", "last_seen") for r in rows]
+        emit(out, ["node", "gpu", "uuid", "pci_bus_id", "model", "driver"], as_json=json_out)

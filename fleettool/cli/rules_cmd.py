@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from fleettool.cli.common import DEFAULT_DB, die
+from fleettool.cli.common import DEFAULT_DB, die, open_store
 from fleettool.cli.exit_codes import ExitCode
+from fleettool.cli.options import DbOpt, JsonOpt, RulesOpt
+from fleettool.cli.output import emit
 
 rules_app = typer.Typer(help="Inspect, lint, test and export the alert rules.", no_args_is_help=True)
-
-RulesOpt = Annotated[
-    list[Path] | None, typer.Option("--rules", help="rule files or directories (default: the built-in set)")
-]
 
 
 def _load(paths: list[Path] | None):  # type: ignore[no-untyped-def]
@@ -51,7 +48,7 @@ def _undecodable(paths: list[Path]) -> str:
 
 
 @rules_app.command("list")
-def list_rules(rules: RulesOpt = None, json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
+def list_rules(rules: RulesOpt = None, json_out: JsonOpt = False) -> None:
     """List the rules: name, kind, severity, category, action, runbook.
 
     Example: fleettool rules list --json
@@ -71,12 +68,7 @@ def list_rules(rules: RulesOpt = None, json_out: Annotated[bool, typer.Option("-
         }
         for r in rs
     ]
-    if json_out:
-        json.dump(rows, sys.stdout, indent=1)
-        print()
-        return
-    for r in rows:
-        print(f"{r['alert']:34s} {r['kind']:14s} {r['severity']:8s} {r['category']:10s} {r['action']}")
+    emit(rows, ["alert", "kind", "severity", "category", "action"], as_json=json_out)
 
 
 @rules_app.command()
@@ -177,9 +169,9 @@ def register(app: typer.Typer) -> None:
 def register_baselines(app: typer.Typer) -> None:
     @app.command()
     def baselines(
-        db: Annotated[Path, typer.Option(help="DuckDB file")] = DEFAULT_DB,
+        db: DbOpt = DEFAULT_DB,
         update: Annotated[bool, typer.Option("--update", help="recompute from the store and save")] = False,
-        json_out: Annotated[bool, typer.Option("--json")] = False,
+        json_out: JsonOpt = False,
     ) -> None:
         """Fleet baselines per (SKU, driver): median and MAD of loaded clocks, tensor activity, power, NCCL
         busbw and burn-in figures. --update recomputes them from the store.
@@ -188,7 +180,6 @@ def register_baselines(app: typer.Typer) -> None:
         """
         import time
 
-        from fleettool.cli.common import open_store
         from fleettool.engine.baselines import compute, save
 
         with open_store(db, read_only=not update, create=False) as store:
@@ -198,12 +189,4 @@ def register_baselines(app: typer.Typer) -> None:
             rows = store.query(
                 "SELECT model, driver, metric, key, median, mad, n FROM baselines ORDER BY ALL"
             )
-        if json_out:
-            json.dump(rows, sys.stdout, indent=1)
-            print()
-        else:
-            for r in rows:
-                print(
-                    f"{r['model']:28s} {r['driver']:12s} {r['metric']:20s} {r['key']:18s} "
-                    f"median {r['median']:10.4g}  mad {r['mad']:8.3g}  n={r['n']}"
-                )
+        emit(rows, ["model", "driver", "metric", "key", "median", "mad", "n"], as_json=json_out)

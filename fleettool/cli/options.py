@@ -1,0 +1,29 @@
+"""Options several commands share, declared once (as pip-tools' `piptools/scripts/options.py` does): a command
+names its parameter with one of these and gets the same flag, help and checks as every other command.
+
+    from fleettool.cli.options import DbReadOpt, JsonOpt
+
+    def events(db: DbReadOpt = DEFAULT_DB, json_out: JsonOpt = False) -> None: ...
+
+An option that means something of its own in one command (the agent's `--node` names this host, `events --node`
+filters) keeps its own declaration there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+DbReadOpt = Annotated[Path, typer.Option("--db", help="DuckDB file to read (opened read-only)")]
+DbOpt = Annotated[Path, typer.Option("--db", help="DuckDB file")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of text")]
+NodeFilterOpt = Annotated[str | None, typer.Option("--node", help="only this node")]
+WhoOpt = Annotated[str, typer.Option("--by", help="who (default: $USER)")]
+ReasonOpt = Annotated[str, typer.Option("--reason", "-m", help="why")]
+FleetOpt = Annotated[str, typer.Option("--fleet", help="a directory (NFS) or s3://bucket/prefix")]
+FleetInsteadOpt = Annotated[str | None, typer.Option("--fleet", help="a fleet location instead")]
+RulesOpt = Annotated[
+    list[Path] | None, typer.Option("--rules", help="rule files or directories (default: the built-in set)")
+]

@@ -1,0 +1,92 @@
+"""How commands print what they read: the same rows as JSON for scripts (`--json`) or as a table for people.
+
+stdout is data. JSON is `json.dump(..., indent=1)` plus a newline, the shape scripts and the tests rely on. Tables
+are printed by rich without borders: one row per line, columns two spaces apart, headers in capitals, cells
+never wrapped (a long one ends in an ellipsis), so `grep` and `cut` still work on them. Piped, a table is as wide
+as its cells need (up to 80 characters a column); on a terminal, it fits the terminal. Cell text is shown as
+it is: no rich markup, highlighting or emoji codes are read from the data.
+
+    emit(rows, ["ts", "node", "kind", ("gpu", lambda r: r["gpu"] if r["gpu"] is not None else "-")], as_json=j)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+Row = Mapping[str, Any]
+Column = str | tuple[str, Callable[[Row], Any]]  # a key of the row, or a header and how to compute the cell
+MAX_CELL = 80  # characters a column may take
+NONE = "(none)"  # what a table of no rows prints
+
+
+def iso(v: Any) -> str | None:
+    """A naive UTC datetime from the store as ISO 8601 with Z (milliseconds when there are any); None stays."""
+    if v is None:
+        return None
+    return v.strftime("%Y-%m-%dT%H:%M:%S") + (f".{v.microsecond // 1000:03d}" if v.microsecond else "") + "Z"
+
+
+def with_iso(row: Row, *keys: str) -> dict[str, Any]:
+    """A copy of the row with these datetime fields as ISO 8601 strings."""
+    return {**row, **{k: iso(row[k]) for k in keys}}
+
+
+def print_json(data: Any, *, indent: int | None = 1, default: Callable[[Any], Any] | None = None) -> None:
+    json.dump(data, sys.stdout, indent=indent, default=default)
+    print()
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _numeric(values: list[Any]) -> bool:
+    present = [v for v in values if v is not None]
+    return bool(present) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present)
+
+
+def print_table(rows: Sequence[Row], columns: Sequence[Column]) -> None:
+    """The rows as a borderless table of these columns; `(none)` when there are none."""
+    if not rows:
+        print(NONE)
+        return
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    heads = [c if isinstance(c, str) else c[0] for c in columns]
+    grid = [[r.get(c) if isinstance(c, str) else c[1](r) for c in columns] for r in rows]
+    table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, header_style="bold")
+    for i, head in enumerate(heads):
+        table.add_column(
+            head.upper(),
+            justify="right" if _numeric([g[i] for g in grid]) else "left",
+            no_wrap=True,
+            overflow="ellipsis",
+            max_width=MAX_CELL,
+        )
+    for g in grid:
+        table.add_row(*(Text(_cell(v)) for v in g))
+    tty = sys.stdout.isatty()
+    # piped: wide enough that no cell is cut short of MAX_CELL; on a terminal, its own width
+    width = None if tty else (MAX_CELL + 2) * len(columns)
+    console = Console(file=sys.stdout, width=width, markup=False, highlight=False, emoji=False)
+    with console.capture() as cap:
+        console.print(table)
+    for line in cap.get().splitlines():  # rich pads the last column; a line ends where its text does
+        print(line.rstrip())
+
+
+def emit(rows: Sequence[Row], columns: Sequence[Column], *, as_json: bool) -> None:
+    """The rows as a JSON array (every field) when as_json, else a table of these columns."""
+    if as_json:
+        print_json(list(rows))
+    else:
+        print_table(rows, columns)
