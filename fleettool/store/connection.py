@@ -10,7 +10,7 @@ the other holds the lock; the agent never blocks its collection loop on the lock
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +69,12 @@ class Connection:
     def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
         rows = self.con.execute(sql, params or []).fetchall()  # fetchall: leave no result open (duckdb 2)
         return rows[0][0] if rows else None
+
+    def rows(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """The rows of a query as tuples (params positional, or named for $name placeholders)."""
+        return self.con.execute(sql, params if params is not None else []).fetchall()
 
     def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """The rows of a query as one Arrow table (what Parquet export writes)."""
