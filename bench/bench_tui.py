@@ -62,7 +62,9 @@ def build(db: Path, gpus: int, alerts: int) -> None:
 async def measure(db: Path, alerts: int) -> dict[str, float]:
     from textual.widgets import DataTable
 
-    from fleettool.tui.app import FleetScreen, FleetTui, Source
+    from fleettool.tui.app import FleetTui
+    from fleettool.tui.screens import FleetScreen
+    from fleettool.tui.source import Source
 
     app = FleetTui(Source(db=db), refresh_s=600)
     t0 = time.perf_counter()

@@ -32,7 +32,9 @@ async def _settle(pilot, cond, tries: int = 100) -> None:  # type: ignore[no-unt
 def test_alerts_detail_and_runbook(db: Path) -> None:
     from textual.widgets import DataTable, Markdown, Sparkline, Static
 
-    from fleettool.tui.app import DetailScreen, FleetTui, Source
+    from fleettool.tui.app import FleetTui
+    from fleettool.tui.screens import DetailScreen
+    from fleettool.tui.source import Source
 
     async def go() -> None:
         app = FleetTui(Source(db=db), refresh_s=60)
@@ -60,7 +62,8 @@ def test_alerts_detail_and_runbook(db: Path) -> None:
 def test_keys_ack_and_silence_write_to_the_store(db: Path) -> None:
     from textual.widgets import DataTable
 
-    from fleettool.tui.app import FleetTui, Source
+    from fleettool.tui.app import FleetTui
+    from fleettool.tui.source import Source
 
     async def go() -> None:
         app = FleetTui(Source(db=db), refresh_s=60)
@@ -83,7 +86,9 @@ def test_keys_ack_and_silence_write_to_the_store(db: Path) -> None:
 def test_fleet_grid_filter_and_help(db: Path) -> None:
     from textual.widgets import DataTable
 
-    from fleettool.tui.app import FleetScreen, FleetTui, HelpScreen, Source
+    from fleettool.tui.app import FleetTui
+    from fleettool.tui.screens import FleetScreen, HelpScreen
+    from fleettool.tui.source import Source
 
     async def go() -> None:
         app = FleetTui(Source(db=db), refresh_s=60)
@@ -122,7 +127,9 @@ def test_core_does_not_import_textual() -> None:
 def test_node_screen_and_lifecycle_keys(db: Path) -> None:
     from textual.widgets import DataTable, Static
 
-    from fleettool.tui.app import FleetTui, NodeScreen, Source
+    from fleettool.tui.app import FleetTui
+    from fleettool.tui.screens import NodeScreen
+    from fleettool.tui.source import Source
 
     async def go() -> None:
         app = FleetTui(Source(db=db), refresh_s=60)
@@ -153,7 +160,8 @@ def test_node_screen_and_lifecycle_keys(db: Path) -> None:
 
 def test_screenshot(tmp_path: Path, snap_compare) -> None:  # type: ignore[no-untyped-def]
     """SVG snapshot of the alert list (goldens in tests/__snapshots__, rewritten only with --snapshot-update)."""
-    from fleettool.tui.app import FleetTui, Source
+    from fleettool.tui.app import FleetTui
+    from fleettool.tui.source import Source
 
     db = tmp_path / "snap.duckdb"  # its own store: the other tests acknowledge and silence in theirs
     for sc in ("dbe-remap-pending", "thermal-throttle"):
@@ -203,7 +211,9 @@ def test_real_terminal_under_tmux(db: Path, tmp_path: Path) -> None:
 def test_stats_screen_and_fleet_filter(tmp_path: Path) -> None:
     from textual.widgets import DataTable, Static
 
-    from fleettool.tui.app import FleetScreen, FleetTui, Source, StatsScreen
+    from fleettool.tui.app import FleetTui
+    from fleettool.tui.screens import FleetScreen, StatsScreen
+    from fleettool.tui.source import Source
 
     db = tmp_path / "s.duckdb"
     for sc in ("gpu-fell-off-bus", "thermal-throttle", "healthy-power-capped"):
@@ -236,7 +246,9 @@ def test_stats_screen_and_fleet_filter(tmp_path: Path) -> None:
 def test_resolve_key_and_grid_sort(tmp_path: Path) -> None:
     from textual.widgets import DataTable
 
-    from fleettool.tui.app import FleetScreen, FleetTui, Source
+    from fleettool.tui.app import FleetTui
+    from fleettool.tui.screens import FleetScreen
+    from fleettool.tui.source import Source
 
     db = tmp_path / "r.duckdb"
     for sc in ("gpu-fell-off-bus", "healthy-power-capped"):
@@ -254,5 +266,47 @@ def test_resolve_key_and_grid_sort(tmp_path: Path) -> None:
             await _settle(pilot, lambda: grid.row_count == 2)
             await pilot.press("o")  # by name
             await _settle(pilot, lambda: grid.get_row_at(0)[0] == "gpu-03")
+
+    asyncio.run(go())
+
+
+def test_a_failing_worker_shows_its_error_and_the_app_stays_up(db: Path) -> None:
+    """A worker whose source raises ends in the error modal naming what failed, not in the app exiting."""
+    from textual.widgets import DataTable, Static
+
+    from fleettool.tui.app import FleetTui
+    from fleettool.tui.errors import ErrorScreen
+    from fleettool.tui.screens import StatsScreen
+    from fleettool.tui.source import Source
+
+    class Flaky(Source):
+        broken = False
+
+        def open(self):  # type: ignore[no-untyped-def]
+            if self.broken:
+                raise OSError("[Errno 5] the store went away")
+            return super().open()
+
+    source = Flaky(db=db)
+
+    async def go() -> None:
+        app = FleetTui(source, refresh_s=60)
+        async with app.run_test(size=(160, 48)) as pilot:
+            table = app.query_one("#alerts", DataTable)
+            await _settle(pilot, lambda: table.row_count == 2)
+            source.broken = True
+            await pilot.press("t")  # the statistics screen's worker raises
+            await _settle(pilot, lambda: isinstance(app.screen, ErrorScreen))
+            text = str(app.screen.query_one("#error", Static).render())
+            assert "loading the fleet statistics failed" in text and "[Errno 5] the store went away" in text
+            assert app.is_running
+            await pilot.press("escape")
+            await _settle(pilot, lambda: isinstance(app.screen, StatsScreen))
+            await pilot.press("escape", "f5")  # the alert list's own refresh fails the same way
+            await _settle(pilot, lambda: isinstance(app.screen, ErrorScreen))
+            assert "loading the alerts failed" in str(app.screen.query_one("#error", Static).render())
+            await pilot.press("escape")
+            await _settle(pilot, lambda: not isinstance(app.screen, ErrorScreen))
+            assert app.is_running and table.row_count == 2  # the last good list stays on screen
 
     asyncio.run(go())

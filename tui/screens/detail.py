@@ -1,0 +1,77 @@
+"""One alert (Enter in the alert list): its findings, metric sparklines, events, NCCL runs and burn-ins beside
+its runbook."""
+
+from __future__ import annotations
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Footer, Header, Markdown, Sparkline, Static
+
+from fleettool.tui.messages import DetailLoaded
+from fleettool.tui.screens.base import DataScreen
+from fleettool.tui.theme import SEV_STYLE
+
+
+class DetailScreen(DataScreen):
+    BINDINGS = [Binding("escape", "app.pop_screen", "back")]
+
+    def __init__(self, alert_id: str) -> None:
+        super().__init__()
+        self.alert_id = alert_id
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal():
+            with VerticalScroll(id="evidence"):
+                yield Static("loading...", id="summary")
+                yield VerticalScroll(id="sparks")
+                yield Static("", id="events")
+            yield Markdown("", id="runbook")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.load()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, description="loading the alert's evidence")
+    def load(self) -> None:
+        from fleettool.views import alert_detail
+
+        with self.source.open() as store:
+            d = alert_detail(store, self.alert_id)
+        self.post_message(DetailLoaded(d))
+
+    def on_detail_loaded(self, msg: DetailLoaded) -> None:
+        d = msg.detail
+        if d is None:
+            self.query_one("#summary", Static).update("alert not found")
+            return
+        gpu = "-" if d["gpu"] is None else d["gpu"]
+        style = SEV_STYLE.get(d["severity"], "")
+        head = (
+            f"[{style}]{d['severity'].upper()}[/] {d['category']}  {d['node']} gpu {gpu}\n"
+            f"[b]{d['summary']}[/b]\naction: [b]{d['action']}[/b]   state: {d['state']}   "
+            f"since {d['first_seen']}   last {d['last_seen']}\n"
+        )
+        findings = d["evidence"].get("findings", [])
+        head += "\n".join(f"  - {f['rule']} ({f['severity']}): {f['summary']}" for f in findings)
+        self.query_one("#summary", Static).update(head)
+        sparks = self.query_one("#sparks", VerticalScroll)
+        for metric, values in d["series"].items():
+            if values:
+                sparks.mount(Static(f"{metric}: {min(values):.4g} .. {max(values):.4g}"))
+                sparks.mount(Sparkline(values, summary_function=max))
+        lines = [f"{e['ts']} {e['kind']} {e['code'] or ''} {e['message'][:100]}" for e in d["events"][:30]]
+        lines += [
+            f"nccl {r['op']} {r['ranks']} ranks {r['nodes']}: peak {r['peak_busbw_gbps']} GB/s"
+            for r in d["runs"]
+        ]
+        lines += [
+            f"burn-in {b['test']} gpu {b['gpu']}: {b['verdict']} {b['figure']} {b['unit']}"
+            for b in d["burnins"]
+        ]
+        self.query_one("#events", Static).update(
+            "\n".join(lines) or "no events, runs or burn-ins in the window"
+        )
+        self.query_one("#runbook", Markdown).update(d["runbook_text"])
