@@ -310,3 +310,37 @@ def test_a_failing_worker_shows_its_error_and_the_app_stays_up(db: Path) -> None
             assert app.is_running and table.row_count == 2  # the last good list stays on screen
 
     asyncio.run(go())
+
+
+def test_every_worker_reports_its_errors_to_the_one_handler() -> None:
+    """Each @work in the TUI runs with exit_on_error=False and a description (what the error modal names), in a
+    class that inherits the one Worker.StateChanged handler."""
+    import ast
+
+    tui = Path(__file__).resolve().parent.parent / "tui"
+    workers = 0
+    for path in sorted(tui.rglob("*.py")):
+        for cls in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            for fn in cls.body:
+                for dec in getattr(fn, "decorator_list", []):
+                    if isinstance(dec, ast.Call) and getattr(dec.func, "id", None) == "work":
+                        workers += 1
+                        kw = {k.arg: k.value for k in dec.keywords}
+                        where = f"{path.name}:{cls.name}.{getattr(fn, 'name', '?')}"
+                        assert isinstance(kw.get("exit_on_error"), ast.Constant), where
+                        assert kw["exit_on_error"].value is False, where  # type: ignore[attr-defined]
+                        assert isinstance(kw.get("description"), ast.Constant), where
+                        bases = {getattr(b, "id", None) for b in cls.bases}
+                        assert bases & {"DataScreen", "ShowsWorkerErrors"}, where
+    assert workers >= 7
+
+
+def test_every_registered_screen_has_its_key() -> None:
+    from fleettool.tui.app import FleetTui
+    from fleettool.tui.screens import SCREENS
+
+    actions = {b.key: b.action for b in FleetTui.BINDINGS}
+    for name, nav in SCREENS.items():
+        assert actions[nav.key] == f"open_screen('{name}')", name
