@@ -12,9 +12,8 @@ from fleettool.store.connection import _classify, connect
 from fleettool.store.errors import NotFleettool, StoreCorrupt, StoreError, precheck
 from fleettool.store.schema import CORE_TABLES, DDL, FORMAT, FORMAT_KEY, KNOWN_TABLES, SCHEMA_VERSION
 from fleettool.store.telemetry import TelemetryWrites
-from fleettool.store.values import dumps_evidence
 
-__all__ = ["Store", "dumps_evidence"]  # dumps_evidence: its old home, still imported from here
+__all__ = ["Store"]
 
 
 class Store(TelemetryWrites):
