@@ -10,15 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleettool.formats.nccl_tests import (
-    NcclRow,
-    NcclRun,
-    clean_line,
-    infer_op,
-    parse_nccl_json,
-    parse_nccl_text,
-    split_prefix,
-)
+from fleettool.formats.nccl_json import parse_nccl_json
+from fleettool.formats.nccl_prefix import clean_line, split_prefix
+from fleettool.formats.nccl_run import NcclRow, NcclRun, infer_op
+from fleettool.formats.nccl_tests import parse_nccl_text
 from fleettool.recording.files import iter_lines
 from tests.conftest import FIXTURES, run_cli
 
