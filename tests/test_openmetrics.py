@@ -11,17 +11,10 @@ from hypothesis import strategies as st
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 from prometheus_client.parser import text_string_to_metric_families as prom_families
 
+from fleettool.collectors.series import MetricsIngest, gpu_index
 from fleettool.formats.errors import ParseError
-from fleettool.formats.openmetrics import (
-    TS_MAX,
-    TS_MIN,
-    ExpositionParser,
-    decide_millis,
-    parse_bytes,
-    parse_series,
-    parse_stream,
-)
-from fleettool.recording.ingest_metrics import MetricsIngest, gpu_index
+from fleettool.formats.openmetrics import parse_bytes, parse_stream
+from fleettool.formats.openmetrics_lines import TS_MAX, TS_MIN, ExpositionParser, decide_millis, parse_series
 from tests.conftest import FIXTURES, SCENARIOS
 
 

@@ -5,247 +5,35 @@ parallel columns (series id, timestamp in seconds, value) per chunk. prometheus_
 reference in a differential test; this one trades generality for speed (~30x) by caching each distinct
 series string and splitting the rest of the line from the right.
 
-Timestamps: OpenMetrics gives seconds (often fractional), the Prometheus text format integer milliseconds. When
-the caller cannot say which (millis=None), the first plausible timestamp decides: 1973..2100 read as seconds is
-1e8..4.1e9, read as milliseconds 1e11..4.1e12, and the two ranges do not overlap. A timestamp outside 1973..2100
-after that (-5, 1e30, NaN, a millisecond value in an OpenMetrics file) is a file:line issue and the sample is
-skipped. Values NaN and +/-Inf are legal (the exposition format allows them); what to keep is the ingest's call.
-A body with no timestamps (a `curl .../metrics` scrape) takes `default_ts`; without one, the first such sample is
-an issue that counts the others.
+The format itself, its timestamps and what is an issue: formats/openmetrics_lines.py (ExpositionParser), which
+also takes every line that does not fit the fast path here.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-from fleettool.formats.errors import ParseError, ParseIssue
+from fleettool.formats.openmetrics_lines import (
+    TS_MAX,
+    TS_MIN,
+    Chunk,
+    ExpositionParser,
+    decide_millis,
+    ts_message,
+)
 
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_.]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
-_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:.]*$")
-_UNESCAPE = re.compile(r"\\(.)")
-
-TS_MIN = 1e8  # 1973-03-03, in unix seconds: the range a sample's timestamp must fall in
-TS_MAX = 4102444800.0  # 2100-01-01
-NO_TS = "sample has no timestamp and none was given for the file"
-
-
-def decide_millis(t: float) -> bool | None:
-    """True if t reads as unix milliseconds in 1973..2100, False as seconds, None if neither."""
-    if TS_MIN <= t <= TS_MAX:
-        return False
-    if TS_MIN * 1000.0 <= t <= TS_MAX * 1000.0:
-        return True
-    return None
-
-
-def _ts_message(text: str) -> str:
-    try:
-        float(text)
-    except ValueError:
-        return f"bad number in timestamp {text[:40]!r}"
-    return f"timestamp {text[:40]!r} is not a unix time in 1973..2100 (seconds or milliseconds)"
-
-
-def _unescape(v: str) -> str:
-    if "\\" not in v:
-        return v
-    return _UNESCAPE.sub(lambda m: "\n" if m.group(1) == "n" else m.group(1), v)
-
-
-def parse_series(series: str) -> tuple[str, dict[str, str]]:
-    """'name{a="1",b="x y"}' -> ('name', {'a': '1', 'b': 'x y'}); raises ValueError when malformed."""
-    brace = series.find("{")
-    if brace < 0:
-        name = series.strip()
-        if not _NAME.match(name):
-            raise ValueError(f"bad metric name {name!r}")
-        return name, {}
-    name = series[:brace].strip()
-    if not _NAME.match(name):
-        raise ValueError(f"bad metric name {name!r}")
-    if not series.endswith("}"):
-        raise ValueError("unterminated label set")
-    body = series[brace + 1 : -1]
-    labels: dict[str, str] = {}
-    pos = 0
-    n = len(body)
-    while pos < n:
-        if body[pos:].strip() == "":
-            break
-        m = _LABEL.match(body, pos)
-        if not m:
-            raise ValueError(f"bad label set near {body[pos : pos + 30]!r}")
-        labels[m.group(1)] = _unescape(m.group(2))
-        pos = m.end()
-    return name, labels
-
-
-@dataclass
-class SeriesTable:
-    """Distinct series seen so far, by id (the row index)."""
-
-    names: list[str] = field(default_factory=list)
-    labels: list[dict[str, str]] = field(default_factory=list)
-    types: dict[str, str] = field(default_factory=dict)
-    helps: dict[str, str] = field(default_factory=dict)
-    lines: list[int] = field(default_factory=list)  # the line each series first appeared on
-
-
-@dataclass
-class Chunk:
-    """Parallel columns: series id, timestamp (unix seconds), value (lists or numpy arrays)."""
-
-    sid: Any
-    ts: Any
-    value: Any
-
-
-class ExpositionParser:
-    """Stateful across chunks of one file: series ids stay stable, so callers can map each series once.
-
-    `millis`: True for the Prometheus text format (integer ms timestamps), False for OpenMetrics (seconds),
-    None to decide from the first timestamp's magnitude. `default_ts` (seconds) stamps lines without one.
-    `strict`: raise ParseError on the first bad line; otherwise record a ParseIssue and skip the line.
-    """
-
-    def __init__(
-        self,
-        path: str,
-        *,
-        millis: bool | None = None,
-        default_ts: float | None = None,
-        strict: bool = False,
-    ) -> None:
-        self.path = path
-        self.millis = millis
-        self.default_ts = default_ts if default_ts is not None and math.isfinite(default_ts) else None
-        self.strict = strict
-        self.series = SeriesTable()
-        self.issues: list[ParseIssue] = []
-        self.saw_eof = False
-        self._ids: dict[str, int] = {}
-        self._bids: dict[bytes, int] = {}  # the same series keyed by raw bytes (parse_bytes)
-        self._lineno = 0
-        self._no_ts = 0  # samples without a timestamp when there was no default_ts
-        self._no_ts_issue = -1
-
-    def _bad(self, msg: str) -> None:
-        self.report(self._lineno, msg)
-
-    def report(self, line: int, msg: str) -> None:
-        """A bad line: raise ParseError in strict mode, else keep it as an issue (the caller skips the line)."""
-        issue = ParseIssue(self.path, max(line, 1), msg)
-        if self.strict:
-            raise ParseError(issue)
-        self.issues.append(issue)
-
-    def finish(self) -> None:
-        """After the last line: fold the count of timestamp-less samples into the first one's issue."""
-        if self._no_ts > 1 and 0 <= self._no_ts_issue < len(self.issues):
-            first = self.issues[self._no_ts_issue]
-            self.issues[self._no_ts_issue] = ParseIssue(
-                first.path, first.line, f"{NO_TS} ({self._no_ts} samples from this line on skipped)"
-            )
-
-    def _comment(self, line: str) -> None:
-        if line.startswith("# EOF"):
-            self.saw_eof = True
-            return
-        parts = line.split(None, 3)
-        if len(parts) >= 3 and parts[1] in ("TYPE", "HELP"):
-            target = self.series.types if parts[1] == "TYPE" else self.series.helps
-            target[parts[2]] = parts[3].strip() if len(parts) > 3 else ""
-
-    def feed(self, lines: Iterable[str]) -> Chunk:
-        sids: list[int] = []
-        tss: list[float] = []
-        vals: list[float] = []
-        ids = self._ids
-        ids_get = ids.get
-        sid_append = sids.append
-        ts_append = tss.append
-        val_append = vals.append
-        millis = self.millis
-        default_ts = self.default_ts
-        lineno = self._lineno
-        for line in lines:
-            lineno += 1
-            if not line or line[0] == "#":
-                if line:
-                    self._lineno = lineno
-                    self._comment(line)
-                continue
-            if " # " in line:  # OpenMetrics exemplar
-                line = line[: line.index(" # ")]
-            brace = line.rfind("}")
-            if brace >= 0:
-                series = line[: brace + 1]
-                rest = line[brace + 1 :].split()
-            else:
-                rest = line.split()
-                if not rest:
-                    continue
-                series = rest[0]
-                rest = rest[1:]
-            if len(rest) > 2:
-                self._lineno = lineno
-                self._bad("trailing text after timestamp")
-                continue
-            if not rest:
-                self._lineno = lineno
-                self._bad("sample has no value")
-                continue
-            sid = ids_get(series)
-            if sid is None:
-                self._lineno = lineno
-                try:
-                    name, labels = parse_series(series)
-                except ValueError as e:
-                    self._bad(str(e))
-                    continue
-                sid = len(self.series.names)
-                self.series.names.append(name)
-                self.series.labels.append(labels)
-                self.series.lines.append(lineno)
-                ids[series] = sid
-            try:
-                v = float(rest[0])
-            except ValueError:
-                self._lineno = lineno
-                self._bad(f"bad number in {' '.join(rest)!r}")
-                continue
-            if len(rest) == 2:
-                try:
-                    t = float(rest[1])
-                except ValueError:
-                    t = math.nan
-                if millis is None:
-                    millis = self.millis = decide_millis(t)
-                if millis:
-                    t /= 1000.0
-                if not TS_MIN <= t <= TS_MAX:  # NaN fails too
-                    self._lineno = lineno
-                    self._bad(_ts_message(rest[1]))
-                    continue
-            elif default_ts is not None:
-                t = default_ts
-            else:
-                self._no_ts += 1
-                if self._no_ts == 1:
-                    self._lineno = lineno
-                    self._bad(NO_TS)
-                    self._no_ts_issue = len(self.issues) - 1
-                continue
-            sid_append(sid)
-            ts_append(t)
-            val_append(v)
-        self._lineno = lineno
-        return Chunk(sids, tss, vals)
-
+# ExpositionParser, Chunk and decide_millis are imported from here by the collectors and recording/
+__all__ = [
+    "BLOCK",
+    "TS_MAX",
+    "TS_MIN",
+    "Chunk",
+    "ExpositionParser",
+    "decide_millis",
+    "parse_bytes",
+    "parse_stream",
+]
 
 # ---------------------------------------------------------------------------------------------------------
 # Vectorised path for whole files: the line ends, the last two spaces of each line and the "value timestamp"
@@ -303,33 +91,23 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
     f2 = sp2[fast]
     sp1_fast = sp1[fast]
     fl = linenos[fast]
-    bids = parser._bids
+    bids = parser.byte_ids
     get = bids.get
     sids = [get(data[a:c], -1) for a, c in zip(fs.tolist(), f2.tolist())]  # noqa: B905
     missing = [i for i, v in enumerate(sids) if v < 0] if -1 in sids else []
-    if missing:
-        series_table = parser.series
-        for i in missing:
-            a, c = int(fs[i]), int(f2[i])
-            key = data[a:c]
-            sid = get(key, -1)
-            if sid < 0:
-                text = key.decode("utf-8", "replace")
-                sid = parser._ids.get(text, -1)
-                if sid < 0:
-                    try:
-                        name, labels = parse_series(text)
-                    except ValueError as e:
-                        parser._lineno = int(fl[i])
-                        parser._bad(str(e))
-                        continue
-                    sid = len(series_table.names)
-                    series_table.names.append(name)
-                    series_table.labels.append(labels)
-                    series_table.lines.append(int(fl[i]))
-                    parser._ids[text] = sid
-                bids[key] = sid
-            sids[i] = sid
+    for i in missing:
+        a, c = int(fs[i]), int(f2[i])
+        key = data[a:c]
+        sid = get(key, -1)
+        if sid < 0:
+            text = key.decode("utf-8", "replace")
+            found = parser.series_id(text)
+            if found is None:
+                found = parser.add_series(text, int(fl[i]))
+                if found is None:
+                    continue
+            sid = bids[key] = found
+        sids[i] = sid
 
     # gather "value timestamp\n" tails into one buffer and let Arrow's CSV reader parse the numbers
     tl_start = f2 + 1
@@ -377,7 +155,7 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
         for i in np.flatnonzero((bad_vals | bad_ts) & good).tolist():
             if bad_ts[i]:
                 text = data[int(sp1_fast[i]) + 1 : int(fe[i])].decode("utf-8", "replace").strip()
-                parser.report(int(fl[i]), _ts_message(text))
+                parser.report(int(fl[i]), ts_message(text))
             else:
                 parser.report(int(fl[i]), "bad number in sample value")
         good &= ~(bad_vals | bad_ts)
@@ -388,7 +166,7 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
         extra = Chunk([], [], [])
         for i in slow_idx.tolist():
             line = data[starts[i] : ends[i]].decode("utf-8", "replace")
-            parser._lineno = int(linenos[i]) - 1
+            parser.lineno = int(linenos[i]) - 1
             one = parser.feed([line])
             extra.sid.extend(one.sid)
             extra.ts.extend(one.ts)
@@ -399,7 +177,7 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
                 np.concatenate((out.ts, np.asarray(extra.ts, dtype=np.float64))),
                 np.concatenate((out.value, np.asarray(extra.value, dtype=np.float64))),
             )
-    parser._lineno = int(first_lineno + len(starts) - 1)
+    parser.lineno = int(first_lineno + len(starts) - 1)
     return out
 
 
