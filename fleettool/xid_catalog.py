@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from fleettool.engine.rules import parse_duration
 from fleettool.model import Action, Category, Severity
+from fleettool.units import parse_duration
 
 
 @dataclass(frozen=True, slots=True)

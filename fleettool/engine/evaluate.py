@@ -13,26 +13,12 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleettool.engine.kinds import KIND_FUNCS, Entity, KindResult
+from fleettool.engine.kinds import KINDS, Entity, KindResult, Verdict
 from fleettool.engine.rules import Rule
 from fleettool.engine.state import FIRING, PENDING, RESOLVED, Instance, run_observations
 from fleettool.model import Action, Category, Severity
 from fleettool.store import Store
 from fleettool.store.alerts import AlertRecord, open_alert_of_incident, put_alert
-from fleettool.xid_catalog import judge
-
-# where an XID's findings join other findings of the same GPU
-INCIDENT_OF_CATEGORY = {
-    "ecc": "memory",
-    "row-remap": "memory",
-    "gpu-lost": "lost",
-    "nvlink": "nvlink",
-    "pcie": "pcie",
-    "thermal": "clocks",
-    "power": "clocks",
-    "xid": "xid",
-}
-SXID_SEVERITY = {"fatal": (Severity.CRITICAL, Action.RESET_GPU), "nonfatal": (Severity.INFO, Action.NONE)}
 
 
 @dataclass
@@ -101,25 +87,26 @@ def render(template: str, **kw: Any) -> str:
 
 
 def data_range(store: Store) -> tuple[float, float] | None:
-    rows = store.con.execute(
-        """SELECT min(t0), max(t1) FROM (
+    """The first and last event time of anything the rules read, in unix seconds; None for an empty store."""
+    row = store.query(
+        """SELECT min(t0) AS t0, max(t1) AS t1 FROM (
              SELECT min(ts) AS t0, max(ts) AS t1 FROM samples
              UNION ALL SELECT min(minute), max(minute) FROM samples_1m
              UNION ALL SELECT min(ts), max(ts) FROM events
              UNION ALL SELECT min(ts), max(ts) FROM nccl_runs)"""
-    ).fetchall()
-    t0, t1 = rows[0]
-    if t0 is None:
+    )[0]
+    if row["t0"] is None:
         return None
-    conv = [x.replace(tzinfo=dt.timezone.utc).timestamp() for x in (t0, t1)]
+    conv = [x.replace(tzinfo=dt.timezone.utc).timestamp() for x in (row["t0"], row["t1"])]
     return conv[0], conv[1]
 
 
 def evaluate_rule(
     store: Store, rule: Rule, start: float, end: float, boots: dict[str, list[float]] | None = None
 ) -> list[Finding]:
-    res: KindResult = KIND_FUNCS[rule.kind](store, rule, start, end)
-    if rule.kind == "event" and boots is None:
+    kind = KINDS[rule.kind]
+    res: KindResult = kind.evaluate(store, rule, start, end)
+    if kind.needs_boots and boots is None:
         boots = _boots(store)
     out: list[Finding] = []
     for ent, obs in res.obs.items():
@@ -136,13 +123,9 @@ def evaluate_rule(
 
 def _findings(rule: Rule, ent: Entity, inst: Instance, extra: dict[str, Any]) -> list[Finding]:
     node, gpu, key = ent
-    sev, cat, act = rule.severity, rule.category, rule.action
-    incident = rule.incident_key
     evidence: dict[str, Any] = {k: v for k, v in extra.items() if k not in ("severity", "events", "peak")}
     if extra.get("peak") is not None:
         evidence["peak"] = extra["peak"]
-    if "severity" in extra:
-        sev = Severity(extra["severity"])
     summary_kw: dict[str, Any] = {
         "node": node,
         "gpu": "-" if gpu is None else gpu,
@@ -155,30 +138,21 @@ def _findings(rule: Rule, ent: Entity, inst: Instance, extra: dict[str, Any]) ->
     }
     if "time_to_exhaustion_s" in extra and extra["time_to_exhaustion_s"] is not None:
         summary_kw["exhaustion"] = _fmt_dur(float(extra["time_to_exhaustion_s"]))
-    if rule.kind == "event":
-        evs = [e for e in extra.get("events", []) if inst.first_seen - 1 <= e["ts"] <= inst.last_seen + 1]
-        evidence["events"] = evs[-20:]
-        evidence["event_count"] = len(evs)
-        last = evs[-1] if evs else None
-        if last is not None:
-            summary_kw.update(code=last["code"], message=last["message"][:120], count=len(evs))
-            if last["kind"] == "xid" and rule.p("use_xid_policy", True):
-                j = judge(int(last["code"]), last.get("detail") or {})
-                sev, cat, act = j.severity, j.category, j.action
-                summary_kw["name"] = j.name
-                evidence["judgement"] = j.reason
-                incident = INCIDENT_OF_CATEGORY.get(cat.value, "xid")
-                esc = _escalation(j, extra.get("events", []), extra.get("boots", []))
-                if esc is not None:
-                    sev, act, why = esc
-                    evidence["escalated"] = why
-            elif last["kind"] == "sxid":
-                sev, act = SXID_SEVERITY.get(
-                    str((last.get("detail") or {}).get("sxid_severity")),
-                    (Severity.WARNING, Action.INSPECT_HARDWARE),
-                )
-    summary = render(rule.summary, **summary_kw) if rule.summary else rule.alert
-    return [Finding(rule, node, gpu, key, inst, sev, cat, act, incident, summary, evidence)]
+    v = Verdict(
+        severity=Severity(extra["severity"]) if "severity" in extra else rule.severity,
+        category=rule.category,
+        action=rule.action,
+        incident=rule.incident_key,
+        evidence=evidence,
+        summary_kw=summary_kw,
+    )
+    refine = KINDS[rule.kind].refine
+    if refine is not None:  # the kind's own judgement of the finding (an XID by the catalog)
+        refine(rule, inst.first_seen, inst.last_seen, extra, v)
+    summary = render(rule.summary, **v.summary_kw) if rule.summary else rule.alert
+    return [
+        Finding(rule, node, gpu, key, inst, v.severity, v.category, v.action, v.incident, summary, evidence)
+    ]
 
 
 def _num(v: Any) -> str:
@@ -187,27 +161,6 @@ def _num(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
-
-
-def _escalation(j: Any, evs: list[dict[str, Any]], boots: list[float]) -> tuple[Severity, Action, str] | None:
-    rep = j.repeat
-    if rep is None or not evs:
-        return None
-    times = sorted(e["ts"] for e in evs)
-    if rep.reboots is not None:
-        epochs = {sum(1 for b in boots if b < t) for t in times}
-        if len(epochs) >= rep.reboots + 1:
-            return rep.severity, rep.action, f"seen in {len(epochs)} boots: {rep.reason}"
-    if rep.incidents is not None:
-        bursts = [times[0]]
-        for a, b in zip(times, times[1:], strict=False):
-            if b - a > rep.gap_s:
-                bursts.append(b)
-        within = rep.within_s or float("inf")
-        recent = [t for t in bursts if times[-1] - t <= within]
-        if len(recent) >= rep.incidents:
-            return rep.severity, rep.action, f"{len(recent)} separate bursts: {rep.reason}"
-    return None
 
 
 @dataclass
@@ -296,10 +249,8 @@ def evaluate(
 
 def _boots(store: Store) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
-    for node, ts in store.con.execute(
-        "SELECT node, ts FROM events WHERE kind = 'boot' AND ts IS NOT NULL"
-    ).fetchall():
-        out.setdefault(node, []).append(ts.replace(tzinfo=dt.timezone.utc).timestamp())
+    for row in store.query("SELECT node, ts FROM events WHERE kind = 'boot' AND ts IS NOT NULL"):
+        out.setdefault(row["node"], []).append(row["ts"].replace(tzinfo=dt.timezone.utc).timestamp())
     return out
 
 

@@ -1,87 +1,44 @@
 """Export rules as Prometheus alerting rules over the agent's /metrics names (fleettool_<metric>{hostname, gpu}).
 
-Only what PromQL can say is exported: threshold (bitmasks as sums of floor/mod bit tests, comparisons with another
-metric), increase and rate (per lane x generation too), trend (increase and deriv), peer (against the node's
-median), and XIDs as counters per severity class of the catalog policy. NCCL localisation, SQL and absent-series
-rules need the store and are listed as skipped.
+Each kind says its own PromQL form (engine/kinds/<kind>.py): threshold, increase, rate, trend, node-scope peer,
+and XIDs as counters per class of the catalog policy. Rules with no PromQL form (NCCL localisation, SQL, absent
+series, fleet-scope peers, other events) are listed as skipped: fleettool evaluates them itself.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
 
+from fleettool.engine.kinds import KINDS
+from fleettool.engine.kinds._promql import dur
 from fleettool.engine.rules import Rule
-from fleettool.metrics import prom_spec
-from fleettool.xid_catalog import catalog, judge
 
 
-def _dur(s: float) -> str:
-    s = int(round(s))
-    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s and s % n == 0:
-            return f"{s // n}{unit}"
-    return f"{s}s"
+def promql_of(r: Rule) -> str | list[dict[str, Any]] | None:
+    """The rule's PromQL form: one expression, complete Prometheus rules, or None (not expressible)."""
+    kind = KINDS[r.kind]
+    return kind.promql(r) if kind.promql is not None else None
 
 
-def _bits(expr: str, mask: int) -> str:
-    """(x & mask) != 0 in PromQL, which has no bitwise operators: sum of per-bit tests floor(x / 2^b) % 2."""
-    terms = [f"(floor({expr} / {1 << b}) % 2)" for b in range(64) if mask >> b & 1]
-    return "(" + " + ".join(terms) + ") > 0"
-
-
-def _num(v: Any) -> str:
-    f = float(v)
-    return str(int(f)) if f.is_integer() else repr(f)
-
-
-def own_metric_name(metric: str) -> str:
-    return prom_spec(metric)[0]
-
-
-def _scaled(metric: str | None, v: Any) -> str:
-    """A threshold in the rule's units -> the base units of the metric on /metrics."""
-    return _num(float(v) * (prom_spec(metric)[1] if metric else 1.0))
-
-
-def expr_for(r: Rule) -> str | None:
-    m = r.p("metric")
-    x = own_metric_name(m) if m else None
-    op = r.p("op", ">")
-    if r.kind == "threshold":
-        assert x is not None
-        if r.p("bitmask_any") is not None:
-            return _bits(x, int(r.p("bitmask_any")))
-        if r.p("than_metric"):
-            off = float(r.p("value", 0))
-            other = own_metric_name(r.p("than_metric"))
-            rhs = other if off == 0 else f"({other} + {_scaled(m, off)})"
-            return f"{x} {op} {rhs}"
-        return f"{x} {op} {_scaled(m, r.p('value', 0))}"
-    if r.kind in ("increase", "rate"):
-        assert x is not None
-        w = _dur(float(r.p("window", 300)))
-        fn = "rate" if r.kind == "rate" else "increase"
-        e = f"{fn}({x}[{w}])"
-        if r.kind == "rate" and r.p("per_lane_gen"):
-            e = f"{e} / ({own_metric_name('pcie_link_width')} * {own_metric_name('pcie_link_gen')})"
-        return f"{e} {op} {_scaled(m, r.p('value', 0))}"
-    if r.kind == "trend":
-        assert x is not None
-        w = _dur(float(r.p("window", 7 * 86400)))
-        return f"increase({x}[{w}]) >= {_scaled(m, r.p('min_increase', 3))} and deriv({x}[{w}]) > 0"
-    if r.kind == "peer" and r.p("scope", "node") == "node" and r.p("below_fraction") is not None:
-        assert x is not None
-        w = _dur(float(r.p("window", 300)))
-        sm = f"avg_over_time({x}[{w}])"
-        frac = 1 - float(r.p("below_fraction"))
-        e = f"{sm} < on(hostname) group_left {_num(frac)} * quantile by (hostname) (0.5, {sm})"
-        if r.p("when_metric"):
-            wm = r.p("when_metric")
-            e = f"({e}) and on(hostname, gpu) {own_metric_name(wm)} >= {_scaled(wm, r.p('when_min', 0))}"
-        return e
-    return None
+def _alerting_rule(r: Rule, expr: str) -> dict[str, Any]:
+    item: dict[str, Any] = {"alert": r.alert, "expr": expr}
+    if r.for_s:
+        item["for"] = dur(r.for_s)
+    if r.keep_s:
+        item["keep_firing_for"] = dur(r.keep_s)
+    item["labels"] = {
+        "severity": r.severity.value,
+        "category": r.category.value,
+        "action": r.action.value,
+    }
+    item["annotations"] = {
+        "summary": _summary(r.summary),
+        "runbook_url": r.runbook,
+    }
+    return item
 
 
 def export_prometheus(rules: list[Rule]) -> tuple[str, list[str]]:
@@ -89,28 +46,13 @@ def export_prometheus(rules: list[Rule]) -> tuple[str, list[str]]:
     groups: dict[str, list[dict[str, Any]]] = {}
     skipped: list[str] = []
     for r in rules:
-        if r.kind == "event" and r.p("events") == ["xid"]:
-            groups.setdefault(r.group, []).extend(_xid_rules(r))
-            continue
-        e = expr_for(r)
-        if e is None:
+        form = promql_of(r)
+        if form is None:
             skipped.append(r.alert)
-            continue
-        item: dict[str, Any] = {"alert": r.alert, "expr": e}
-        if r.for_s:
-            item["for"] = _dur(r.for_s)
-        if r.keep_s:
-            item["keep_firing_for"] = _dur(r.keep_s)
-        item["labels"] = {
-            "severity": r.severity.value,
-            "category": r.category.value,
-            "action": r.action.value,
-        }
-        item["annotations"] = {
-            "summary": _summary(r.summary),
-            "runbook_url": r.runbook,
-        }
-        groups.setdefault(r.group, []).append(item)
+        elif isinstance(form, str):
+            groups.setdefault(r.group, []).append(_alerting_rule(r, form))
+        else:
+            groups.setdefault(r.group, []).extend(form)
     doc = {"groups": [{"name": f"fleettool-{g}", "rules": rs} for g, rs in groups.items()]}
     head = "# Generated by `fleettool rules export --prometheus`; do not edit (edit rules/*.yaml instead).\n"
     if skipped:
@@ -121,8 +63,6 @@ def export_prometheus(rules: list[Rule]) -> tuple[str, list[str]]:
 def _summary(tpl: str) -> str:
     """fleettool's {node}/{gpu}/{value} placeholders -> Prometheus template variables; the ones only fleettool
     knows (durations, peaks, projections) are dropped with the words that introduce them."""
-    import re
-
     s = (
         tpl.replace("{node}", "{{ $labels.hostname }}")
         .replace("{gpu}", "{{ $labels.gpu }}")
@@ -132,27 +72,3 @@ def _summary(tpl: str) -> str:
     s = re.sub(r"\s*(for|since|in about|x)\s*\{[a-z_]+\}", "", s)
     s = re.sub(r"\s*\([^()]*\{[a-z_]+\}[^()]*\)", "", s)
     return re.sub(r"\{[a-z_]+\}", "", s).strip()
-
-
-def _xid_rules(r: Rule) -> list[dict[str, Any]]:
-    """XIDs from fleettool_events_total{kind="xid", code}: one rule per (severity, action) class of the policy."""
-    classes: dict[tuple[str, str, str], list[int]] = {}
-    for code in sorted(catalog()):
-        j = judge(code)
-        classes.setdefault((j.severity.value, j.action.value, j.category.value), []).append(code)
-    out = []
-    for (sev, act, cat), codes in sorted(classes.items()):
-        name = f"{r.alert}{sev.capitalize()}{''.join(w.capitalize() for w in act.split('-'))}{cat.replace('-', '').capitalize()}"
-        out.append(
-            {
-                "alert": name,
-                "expr": f'increase(fleettool_events_total{{kind="xid",code=~"{"|".join(map(str, codes))}"}}[10m]) > 0',
-                "keep_firing_for": _dur(r.keep_s or 3600),
-                "labels": {"severity": sev, "category": cat, "action": act},
-                "annotations": {
-                    "summary": "XID {{ $labels.code }} on {{ $labels.hostname }}",
-                    "runbook_url": r.runbook,
-                },
-            }
-        )
-    return out

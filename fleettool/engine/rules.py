@@ -4,20 +4,22 @@
       - name: thermal
         rules:
           - alert: GpuThermalSlowdown
-            kind: threshold            # threshold | increase | rate | trend | peer | event | absent | nccl_localize | sql
+            kind: threshold            # one of engine/kinds/ (KINDS): threshold, increase, rate, trend, ...
             metric: clock_event_reasons
             bitmask_any: 0x60
             for: 2m
             keep_firing_for: 5m
             severity: warning          # info | warning | critical
-            category: thermal          # DESIGN.md's vocabulary
+            category: thermal          # fleettool.model.Category
             action: inspect-hardware
             incident: clocks           # findings of one GPU with the same incident key become one alert
             summary: "GPU {gpu} on {node}: thermal slowdown for {duration}"
             references: [...]
             false_positives: [...]
 
-The runbook link is derived from the alert name: GpuThermalSlowdown -> runbooks/gpu-thermal-slowdown.md.
+The fields beyond the common ones are the kind's (engine/kinds/<kind>.py says which, and which are required
+or durations). The runbook link is derived from the alert name: GpuThermalSlowdown ->
+runbooks/gpu-thermal-slowdown.md.
 """
 
 from __future__ import annotations
@@ -30,34 +32,14 @@ from typing import Any
 
 import yaml
 
+from fleettool import units
+from fleettool.engine.kinds import KINDS
 from fleettool.metrics import METRICS
 from fleettool.model import Action, Category, Severity
 
-KINDS = ("threshold", "increase", "rate", "trend", "peer", "event", "absent", "nccl_localize", "sql")
 OPS = (">", ">=", "<", "<=", "==", "!=")
 RUNBOOK_BASE = "runbooks/"
 
-# the fields each kind understands (beyond the common ones)
-KIND_FIELDS: dict[str, set[str]] = {
-    "threshold": {"metric", "op", "value", "than_metric", "bitmask_any", "sub", "min_value_of", "where"},
-    "increase": {"metric", "op", "value", "window", "sub"},
-    "rate": {"metric", "op", "value", "window", "sub", "per_lane_gen"},
-    "trend": {"metric", "window", "min_increase", "capacity", "horizon", "critical_within"},
-    "peer": {
-        "metric",
-        "scope",
-        "below_fraction",
-        "above_fraction",
-        "window",
-        "min_peers",
-        "when_metric",
-        "when_min",
-    },
-    "event": {"events", "codes", "use_xid_policy"},
-    "absent": {"metric", "after", "mode"},
-    "nccl_localize": {"slow_fraction", "min_size", "op"},
-    "sql": {"query"},
-}
 COMMON = {
     "alert",
     "kind",
@@ -80,18 +62,14 @@ class RuleError(ValueError):
     """A rule file that cannot be used: names the file, the rule and what is wrong."""
 
 
-def parse_duration(v: Any) -> float:
+def parse_duration(v: Any, what: str = "duration") -> float:
+    """A rule or rule-test duration (units.parse_duration: 90, "90s", "1h30m", "2w"); absent is 0."""
     if v is None:
         return 0.0
-    if isinstance(v, (int, float)):
-        return float(v)
-    s = str(v).strip()
-    total = 0.0
-    for num, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)", s):
-        total += float(num) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[unit]
-    if not re.fullmatch(r"(\d+(?:\.\d+)?(ms|s|m|h|d|w))+", s):
-        raise ValueError(f"bad duration {v!r}")
-    return total
+    try:
+        return units.parse_duration(v)
+    except ValueError as e:
+        raise RuleError(f"bad duration for {what!r}: {e}") from None
 
 
 def kebab(name: str) -> str:
@@ -141,12 +119,12 @@ def _rule(d: dict[str, Any], where: str, group: str) -> Rule:
     for key in ("alert", "kind", "severity", "category", "action"):
         if key not in d:
             raise err(f"missing {key!r}")
-    kind = d["kind"]
-    if kind not in KINDS:
-        raise err(f"unknown kind {kind!r} (one of {', '.join(KINDS)})")
-    unknown = set(d) - COMMON - KIND_FIELDS[kind]
+    kind = KINDS.get(d["kind"]) if isinstance(d["kind"], str) else None
+    if kind is None:
+        raise err(f"unknown kind {d['kind']!r} (one of {', '.join(KINDS)})")
+    unknown = set(d) - COMMON - kind.fields
     if unknown:
-        raise err(f"unknown field(s) {sorted(unknown)} for kind {kind}")
+        raise err(f"unknown field(s) {sorted(unknown)} for kind {kind.name}")
     try:
         sev, cat, act = Severity(d["severity"]), Category(d["category"]), Action(d["action"])
     except ValueError as e:
@@ -159,28 +137,22 @@ def _rule(d: dict[str, Any], where: str, group: str) -> Rule:
             raise err(f"unknown metric {d[mkey]!r} in {mkey}")
     if "op" in d and d["op"] not in OPS:
         raise err(f"unknown op {d['op']!r}")
-    if (
-        kind in ("threshold", "increase", "rate", "trend", "peer", "absent")
-        and metric is None
-        and kind != "absent"
-    ):
-        raise err("needs a metric")
-    if kind == "sql" and not d.get("query"):
-        raise err("needs a query")
+    for need in kind.requires:
+        if not d.get(need):
+            raise err(f"needs a {need}")
     try:
-        for_s = parse_duration(d.get("for"))
-        keep_s = parse_duration(d.get("keep_firing_for"))
+        for_s = parse_duration(d.get("for"), "for")
+        keep_s = parse_duration(d.get("keep_firing_for"), "keep_firing_for")
         params = dict(d)
-        for k in ("window", "horizon", "after", "critical_within"):
-            if k in params:
-                params[k] = parse_duration(params[k])
-    except ValueError as e:
+        for k in kind.durations & set(params):
+            params[k] = parse_duration(params[k], k)
+    except RuleError as e:
         raise err(str(e)) from None
     for k in COMMON:
         params.pop(k, None)
     return Rule(
         alert=str(d["alert"]),
-        kind=kind,
+        kind=kind.name,
         severity=sev,
         category=cat,
         action=act,

@@ -1,0 +1,92 @@
+"""increase and rate: a counter's increase over a trailing window (resets handled: a drop counts the new
+value); rate is the increase per second, optionally per PCIe lane x generation.
+
+    kind: rate
+    metric: pcie_replay_total
+    window: 5m
+    op: ">"
+    value: 10
+    per_lane_gen: true           # rate only
+"""
+
+from __future__ import annotations
+
+from fleettool.engine.kinds import _promql as pq
+from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
+from fleettool.engine.kinds._sql import cmp, run_obs_sql, src
+from fleettool.store import Store
+
+
+def _evaluate(store: Store, r: RuleLike, start: float, end: float, per_second: bool) -> KindResult:
+    metric = r.p("metric")
+    window = float(r.p("window", 300.0))
+    ctes = src(metric) + (
+        ", d AS (SELECT node, gpu, sub, ts, value, value - lag(value) OVER (PARTITION BY node, gpu, sub "
+        "ORDER BY ts) AS dv FROM src)"
+        ", inc AS (SELECT node, gpu, sub, ts, CASE WHEN dv IS NULL THEN 0 WHEN dv < 0 THEN value ELSE dv END "
+        "AS dv FROM d)"
+        f", win AS (SELECT node, gpu, sub, ts, sum(dv) OVER (PARTITION BY node, gpu, sub ORDER BY ts "
+        f"RANGE BETWEEN INTERVAL {int(window)} SECOND PRECEDING AND CURRENT ROW) AS v FROM inc)"
+    )
+    val = f"(v / {window})" if per_second else "v"
+    if per_second and r.p("per_lane_gen"):
+        # normalise by the link's lanes x generation: the GPU's widest/fastest link in the range (links change
+        # rarely, and a per-GPU constant avoids an as-of join per point)
+        ctes += ", " + src("pcie_link_width", "lw") + ", " + src("pcie_link_gen", "lg")
+        ctes += (
+            ", lwm AS (SELECT node, gpu, max(value) AS w FROM lw GROUP BY ALL)"
+            ", lgm AS (SELECT node, gpu, max(value) AS g FROM lg GROUP BY ALL)"
+            f", win2 AS (SELECT win.node, win.gpu, win.sub, win.ts, win.v / {window} / "
+            "greatest(coalesce(lwm.w, 16) * coalesce(lgm.g, 4), 1) AS v FROM win "
+            "LEFT JOIN lwm ON win.node = lwm.node AND win.gpu IS NOT DISTINCT FROM lwm.gpu "
+            "LEFT JOIN lgm ON win.node = lgm.node AND win.gpu IS NOT DISTINCT FROM lgm.gpu)"
+        )
+        val = "v"
+        src_tbl = "win2"
+    else:
+        src_tbl = "win"
+    cond = cmp(val, r.p("op", ">"), repr(float(r.p("value", 0.0))))
+    select = f"SELECT node, gpu, sub AS key, ts, {cond} AS active, {val} AS value FROM {src_tbl}"
+    return run_obs_sql(store, ctes, select, start, end)
+
+
+def evaluate_increase(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
+    return _evaluate(store, r, start, end, per_second=False)
+
+
+def evaluate_rate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
+    return _evaluate(store, r, start, end, per_second=True)
+
+
+def _promql(r: RuleLike, fn: str) -> str:
+    m = r.p("metric")
+    e = f"{fn}({pq.name(m)}[{pq.dur(float(r.p('window', 300)))}])"
+    if fn == "rate" and r.p("per_lane_gen"):
+        e = f"{e} / ({pq.name('pcie_link_width')} * {pq.name('pcie_link_gen')})"
+    return f"{e} {r.p('op', '>')} {pq.scaled(m, r.p('value', 0))}"
+
+
+def promql_increase(r: RuleLike) -> str:
+    return _promql(r, "increase")
+
+
+def promql_rate(r: RuleLike) -> str:
+    return _promql(r, "rate")
+
+
+INCREASE = Kind(
+    name="increase",
+    fields=frozenset({"metric", "op", "value", "window", "sub"}),
+    requires=("metric",),
+    durations=frozenset({"window"}),
+    evaluate=evaluate_increase,
+    promql=promql_increase,
+)
+RATE = Kind(
+    name="rate",
+    fields=frozenset({"metric", "op", "value", "window", "sub", "per_lane_gen"}),
+    requires=("metric",),
+    durations=frozenset({"window"}),
+    evaluate=evaluate_rate,
+    promql=promql_rate,
+)

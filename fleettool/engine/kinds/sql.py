@@ -1,0 +1,27 @@
+"""sql: the escape hatch, a query over the store returning node, gpu, ts, active, value; $start and $end
+bound the evaluation.
+
+    kind: sql
+    query: "SELECT node, gpu, ts, value > 3 AS active, value FROM samples WHERE metric = 'x' AND ts >= $start"
+"""
+
+from __future__ import annotations
+
+from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
+from fleettool.engine.kinds._sql import run_obs_sql
+from fleettool.store import Store
+
+
+def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
+    q = str(r.p("query"))
+    select = f"SELECT node, gpu, coalesce(try_cast(NULL AS VARCHAR), '') AS key, ts, active, value FROM ({q})"
+    return run_obs_sql(store, "dummy AS (SELECT 1)", select, start, end)
+
+
+KIND = Kind(
+    name="sql",
+    fields=frozenset({"query"}),
+    requires=("query",),
+    evaluate=evaluate,
+    no_promql="a SQL query over the store",
+)

@@ -1,0 +1,62 @@
+"""threshold: a gauge against a value, against another metric (plus an offset), or a bitmask of reasons.
+
+kind: threshold
+metric: clock_event_reasons
+bitmask_any: 0x60            # or: op: ">", value: 85   or: op: ">", than_metric: ..., value: offset
+"""
+
+from __future__ import annotations
+
+from fleettool.engine.kinds import _promql as pq
+from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
+from fleettool.engine.kinds._sql import cmp, run_obs_sql, src
+from fleettool.store import Store
+
+
+def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
+    metric = r.p("metric")
+    ctes = src(metric)
+    if r.p("bitmask_any") is not None:
+        mask = int(r.p("bitmask_any"))
+        cond = f"((src.value::BIGINT & {mask}) <> 0)"
+        select = (
+            "SELECT src.node, src.gpu, src.sub AS key, src.ts, " + cond + " AS active, src.value FROM src"
+        )
+    elif r.p("than_metric") is not None:
+        ctes += ", " + src(r.p("than_metric"), "other")
+        off = float(r.p("value", 0.0))
+        cond = cmp("src.value", r.p("op", ">"), f"(other.value + {off})")
+        select = (
+            "SELECT src.node, src.gpu, src.sub AS key, src.ts, coalesce(" + cond + ", false) AS active, "
+            "src.value FROM src ASOF LEFT JOIN other ON src.node = other.node "
+            "AND src.gpu IS NOT DISTINCT FROM other.gpu AND src.sub = other.sub AND src.ts >= other.ts"
+        )
+    else:
+        cond = cmp("src.value", r.p("op", ">"), repr(float(r.p("value", 0.0))))
+        select = (
+            "SELECT src.node, src.gpu, src.sub AS key, src.ts, " + cond + " AS active, src.value FROM src"
+        )
+    return run_obs_sql(store, ctes, select, start, end)
+
+
+def promql(r: RuleLike) -> str:
+    m = r.p("metric")
+    x = pq.name(m)
+    op = r.p("op", ">")
+    if r.p("bitmask_any") is not None:
+        return pq.bits(x, int(r.p("bitmask_any")))
+    if r.p("than_metric"):
+        off = float(r.p("value", 0))
+        other = pq.name(r.p("than_metric"))
+        rhs = other if off == 0 else f"({other} + {pq.scaled(m, off)})"
+        return f"{x} {op} {rhs}"
+    return f"{x} {op} {pq.scaled(m, r.p('value', 0))}"
+
+
+KIND = Kind(
+    name="threshold",
+    fields=frozenset({"metric", "op", "value", "than_metric", "bitmask_any", "sub", "min_value_of", "where"}),
+    requires=("metric",),
+    evaluate=evaluate,
+    promql=promql,
+)
