@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 from fleettool.store import Store
+from fleettool.store.alerts import list_alerts
 
 DISRUPTIVE = ("reset-gpu", "reboot-node", "inspect-hardware")
 
@@ -31,9 +32,7 @@ def merge_intervals(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def report(store: Store, start: float | None = None, end: float | None = None) -> dict[str, Any]:
-    rows = store.query(
-        "SELECT node, gpu, category, severity, action, state, first_seen, last_seen FROM alerts"
-    )
+    rows = list_alerts(store)
     rng = store.query(
         "SELECT min(t0) AS a, max(t1) AS b FROM (SELECT min(ts) t0, max(ts) t1 FROM samples "
         "UNION ALL SELECT min(minute), max(minute) FROM samples_1m UNION ALL SELECT min(first_seen), max(last_seen) FROM alerts)"

@@ -97,12 +97,10 @@ def fleet_alerts(
     from fleettool.engine.evaluate import evaluate as run_rules
     from fleettool.engine.evaluate import write_alerts
     from fleettool.engine.rules import load_rules
-    from fleettool.store.alerts import LIST_COLUMNS, AlertOrder, list_alerts
+    from fleettool.store.alerts import LIST_COLUMNS, AlertOrder, clear_alerts, list_alerts
 
     with open_fleet_or_die(fleet, materialize=evaluate, tables=None if evaluate else ("alerts",)) as store:
         if evaluate:
-            from fleettool.store.alerts import clear_alerts
-
             clear_alerts(store)
             write_alerts(store, run_rules(store, load_rules()))
         rows = list_alerts(store, order=AlertOrder.TRIAGE)

@@ -180,13 +180,12 @@ def register_baselines(app: typer.Typer) -> None:
         """
         import time
 
-        from fleettool.engine.baselines import compute, save
+        from fleettool.engine.baselines import compute
+        from fleettool.store.baselines import list_baselines, save
 
         with open_store(db, read_only=not update, create=False) as store:
             if update:
                 bs = compute(store)
                 save(store, bs, time.time())
-            rows = store.query(
-                "SELECT model, driver, metric, key, median, mad, n FROM baselines ORDER BY ALL"
-            )
+            rows = list_baselines(store)
         emit(rows, ["model", "driver", "metric", "key", "median", "mad", "n"], as_json=json_out)

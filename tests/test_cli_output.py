@@ -1,0 +1,70 @@
+"""How read commands print: JSON arrays for scripts, borderless rich tables for people (fleettool/cli/output.py),
+and `fleettool alerts` in the store's triage order."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from fleettool.cli.output import MAX_CELL, emit, iso, print_json, with_iso
+from fleettool.store import Store
+from fleettool.store.alerts import AlertRecord, put_alert
+from tests.conftest import run_cli
+
+
+def test_json_is_indent_1_with_a_newline(capsys: pytest.CaptureFixture[str]) -> None:
+    emit([{"a": 1, "b": None}], ["a"], as_json=True)
+    assert capsys.readouterr().out == '[\n {\n  "a": 1,\n  "b": null\n }\n]\n'
+    print_json({"x": 1}, indent=None)
+    assert capsys.readouterr().out == '{"x": 1}\n'
+
+
+def test_iso_times_keep_milliseconds_only_when_there_are_some() -> None:
+    assert iso(dt.datetime(2026, 11, 30, 0, 53, 20, 500000)) == "2026-11-30T00:53:20.500Z"
+    assert iso(dt.datetime(2026, 11, 30, 0, 53, 20)) == "2026-11-30T00:53:20Z"
+    assert iso(None) is None
+    row = {"a": dt.datetime(2026, 1, 1), "b": 2, "c": None}
+    assert list(with_iso(row, "a", "c").items()) == [("a", "2026-01-01T00:00:00Z"), ("b", 2), ("c", None)]
+
+
+def test_table_is_one_line_a_row_with_data_shown_as_it_is(capsys: pytest.CaptureFixture[str]) -> None:
+    rows = [
+        {"node": "gpu-1", "gpu": 3, "summary": "[bold]XID 79[/bold] :fire:"},
+        {"node": "gpu-2", "gpu": None, "summary": "x" * 200},
+    ]
+    emit(rows, ["node", ("gpu", lambda r: "-" if r["gpu"] is None else r["gpu"]), "summary"], as_json=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NODE", "GPU", "SUMMARY"]
+    assert lines[1].split() == ["gpu-1", "3", "[bold]XID", "79[/bold]", ":fire:"]  # no markup, no emoji
+    assert lines[2].split()[:2] == ["gpu-2", "-"] and lines[2].endswith("\u2026")  # cut, not wrapped
+    assert len(lines) == 3 and all(line == line.rstrip() for line in lines)
+    assert max(len(w) for w in lines[2].split()) == MAX_CELL
+
+
+def test_an_empty_table_says_none(capsys: pytest.CaptureFixture[str]) -> None:
+    emit([], ["node"], as_json=False)
+    assert capsys.readouterr().out == "(none)\n"
+    emit([], ["node"], as_json=True)
+    assert capsys.readouterr().out == "[]\n"
+
+
+def _alert(aid: str, severity: str, state: str, last_seen: float) -> AlertRecord:
+    return AlertRecord(
+        aid, "R", "gpu-lost", severity, "gpu-1", 0, None, "reset-gpu", state, 1.7e9, last_seen, "s",
+        "runbooks/r.md", aid,
+    )  # fmt: skip
+
+
+def test_alerts_list_a_firing_warning_above_a_resolved_critical(db: Path) -> None:
+    with Store(db) as st:
+        put_alert(st, _alert("old-critical", "critical", "resolved", 1.7e9 + 600))
+        put_alert(st, _alert("warning", "warning", "firing", 1.7e9 + 60))
+        put_alert(st, _alert("critical", "critical", "firing", 1.7e9 + 60))
+    r = run_cli("alerts", "--db", str(db), "--json")
+    assert r.returncode == 0, r.stderr
+    assert [a["alert_id"] for a in json.loads(r.stdout)] == ["critical", "warning", "old-critical"]
+    table = run_cli("alerts", "--db", str(db)).stdout.splitlines()
+    assert [line.split()[0] for line in table] == ["ALERT_ID", "critical", "warning", "old-critical"]
