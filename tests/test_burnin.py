@@ -165,11 +165,13 @@ def test_allreduce_through_nccl_tests_output(tmp_path: Path, monkeypatch: pytest
     exe.write_text(f"#!/bin/sh\ncat {tmp_path / 'out.txt'}\n")
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{__import__('os').environ['PATH']}")
-    from fleettool.burnin.runner import BurninConfig, BurninReport, _allreduce
+    from fleettool.burnin.context import BurninConfig
+    from fleettool.burnin.report import BurninReport
+    from fleettool.burnin.steps import measure_allreduce
 
     cfg = BurninConfig(node="n", backend="cuda", ar_tool="nccl-tests", ar_procs=8)
     rep = BurninReport("r", "n", 0.0)
-    res = _allreduce(
+    res = measure_allreduce(
         cfg,
         [{"gpu": i, "memory_bytes": 80 << 30} for i in range(8)],
         lambda t: (360.0, "0.75 x 480 GB/s"),

@@ -122,6 +122,41 @@ def run_local(
         return dict(json.load(f))
 
 
+def run_nccl_tests(nprocs: int, min_size: int, max_size: int, iters: int) -> dict[str, Any]:
+    """Run nccl-tests' all_reduce_perf (one process, -g GPUs) and read its table with the nccl-tests parser;
+    the same shape as run_local's results, plus the footer's average busbw."""
+    import shutil
+    import subprocess
+
+    from fleettool.formats.nccl_tests import parse_nccl_text
+
+    exe = shutil.which("all_reduce_perf")
+    if exe is None:
+        raise RuntimeError("all_reduce_perf is not on PATH")
+    argv = [exe, "-b", str(min_size), "-e", str(max_size), "-f", "2", "-g", str(nprocs), "-n", str(iters)]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    runs, _issues = parse_nccl_text(p.stdout.splitlines(), path="all_reduce_perf", op_hint="all_reduce")
+    if p.returncode != 0 or not runs or not runs[-1].rows:
+        raise RuntimeError(f"all_reduce_perf exit {p.returncode}: {(p.stderr or p.stdout).strip()[-200:]}")
+    run = runs[-1]
+    rows = [
+        {
+            "size_bytes": r.size_bytes,
+            "time_us": r.ip_time_us or r.oop_time_us or 0.0,
+            "algbw_gbps": r.ip_algbw_gbps or r.oop_algbw_gbps or 0.0,
+            "busbw_gbps": r.ip_busbw_gbps or r.oop_busbw_gbps or 0.0,
+            "wrong": (r.ip_wrong or 0) + (r.oop_wrong or 0),
+        }
+        for r in run.rows
+    ]
+    return {
+        "world": run.nranks or nprocs,
+        "backend": "nccl-tests",
+        "rows": rows,
+        "footer_avg_busbw_gbps": run.avg_busbw_gbps,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--backend", default="nccl", choices=["nccl", "gloo"])

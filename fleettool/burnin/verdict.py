@@ -4,14 +4,20 @@ A figure is judged against its floor: below the floor is FAIL; within 10 % above
 slower than its node's other GPUs by more than 15 % is FAIL even above the floor (NVIDIA/DCGM#122: a GPU at a
 third of its speed passed DCGM's longest diag, whose cross-GPU check is off by default); any silent data
 corruption is FAIL; thermal or HW slowdown during the test is at least WARN (power capping is normal).
+The judges of each step's measurements (`judge_gemm`, `judge_hbm`, `judge_allreduce`) are here as well.
 """
 
 from __future__ import annotations
 
 import enum
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fleettool.burnin.gemm import GemmResult
+    from fleettool.burnin.hbm import HbmResult
 
 
 class Verdict(str, enum.Enum):
@@ -118,3 +124,138 @@ def exit_code(results: list[Result]) -> int:
     if all(r.verdict == Verdict.SKIPPED for r in results):
         return 7
     return 0
+
+
+def sig(x: float) -> float:
+    """Four significant digits, as figures are reported."""
+    return float(f"{x:.4g}")
+
+
+def _not_run(node: str, dev: dict[str, Any], test: str, out: str | BaseException) -> Result:
+    """A device's outcome that is no measurement: why the test does not apply (SKIPPED), or its error."""
+    if isinstance(out, str):
+        return Result(node, dev["gpu"], test, Verdict.SKIPPED, reason=out, uuid=dev.get("uuid"))
+    return Result(node, dev["gpu"], test, Verdict.INCONCLUSIVE, reason=f"error: {out}", uuid=dev.get("uuid"))
+
+
+def _reasons(reasons: dict[int, int], dev: dict[str, Any]) -> int | None:
+    return reasons.get(dev["gpu"]) if dev["gpu"] is not None else None
+
+
+def judge_gemm(
+    node: str,
+    dtype: str,
+    devices: Sequence[dict[str, Any]],
+    outs: Sequence[GemmResult | str | BaseException],
+    floor: tuple[float | None, str],
+    reasons: dict[int, int],
+) -> list[Result]:
+    """One GEMM dtype on every device: TFLOP/s against the floor; any mismatch within a device, or a checksum
+    that differs from the majority of the node's GPUs, is silent data corruption (FAIL)."""
+    test = f"gemm-{dtype}"
+    fl, src = floor
+    res: list[Result] = []
+    sums = [o.checksum for o in outs if not isinstance(o, (str, BaseException))]
+    majority = max(set(sums), key=sums.count) if sums else None
+    for d, o in zip(devices, outs, strict=True):
+        if isinstance(o, (str, BaseException)):
+            res.append(_not_run(node, d, test, o))
+            continue
+        v, why = judge(o.tflops, fl)
+        ev = {
+            "n": o.n,
+            "iterations": o.iterations,
+            "seconds": round(o.seconds, 2),
+            "cold_tflops": round(o.cold_tflops, 1),
+            "sdc_checks": o.checks,
+            "sdc_mismatches": o.mismatches,
+            "checksum": o.checksum,
+            "per_second": [round(x, 1) for x in o.per_second],
+        }
+        r = Result(node, d["gpu"], test, v, sig(o.tflops), "TFLOP/s", fl, src, why, d.get("uuid"), ev)
+        if o.mismatches:
+            r.verdict, r.reason = (
+                Verdict.FAIL,
+                f"silent data corruption: {o.mismatches} of {o.checks} checked results differ from the first",
+            )
+        elif majority is not None and len(sums) >= 2 and o.checksum != majority and sums.count(majority) > 1:
+            r.verdict, r.reason = (
+                Verdict.FAIL,
+                "silent data corruption: its result differs from the other GPUs' for the same inputs",
+            )
+        apply_telemetry(r, _reasons(reasons, d))
+        res.append(r)
+    return res
+
+
+def judge_hbm(
+    node: str,
+    devices: Sequence[dict[str, Any]],
+    outs: Sequence[HbmResult | BaseException],
+    floor: tuple[float | None, str],
+    reasons: dict[int, int],
+) -> list[Result]:
+    """HBM copy bandwidth (GB/s) on every device against the floor."""
+    fl, src = floor
+    res: list[Result] = []
+    for d, o in zip(devices, outs, strict=True):
+        if isinstance(o, BaseException):
+            res.append(_not_run(node, d, "hbm", o))
+            continue
+        v, why = judge(o.gbps, fl)
+        ev = {"bytes_per_copy": o.bytes_per_copy, "copies": o.copies, "seconds": round(o.seconds, 2)}
+        r = Result(node, d["gpu"], "hbm", v, sig(o.gbps), "GB/s", fl, src, why, d.get("uuid"), ev)
+        apply_telemetry(r, _reasons(reasons, d))
+        res.append(r)
+    return res
+
+
+def judge_allreduce(
+    node: str,
+    nprocs: int,
+    out: dict[str, Any],
+    backend: str,
+    floor: Callable[[str], tuple[float | None, str]],
+) -> Result:
+    """The node's all-reduce table: wrong values FAIL; one GPU has no peer (SKIPPED); else the busbw at the
+    largest size against the floor of `allreduce-<nprocs>`."""
+    rows = out["rows"]
+    big = rows[-1]
+    test = f"allreduce-{nprocs}"
+    ev = {"world": out["world"], "backend": backend, "rows": rows, "largest_size": big["size_bytes"]}
+    if any(r["wrong"] for r in rows):
+        return Result(
+            node,
+            None,
+            test,
+            Verdict.FAIL,
+            big["busbw_gbps"],
+            "GB/s",
+            reason="all-reduce returned wrong values",
+            evidence=ev,
+        )
+    if nprocs < 2:
+        return Result(
+            node,
+            None,
+            test,
+            Verdict.SKIPPED,
+            round(big["algbw_gbps"], 1),
+            "GB/s algbw",
+            reason="one GPU: all-reduce has no peer (busbw = algbw x 2(n-1)/n = 0)",
+            evidence=ev,
+        )
+    fl, src = floor(test)
+    v, why = judge(big["busbw_gbps"], fl)
+    return Result(
+        node,
+        None,
+        test,
+        v,
+        round(big["busbw_gbps"], 2),
+        "GB/s busbw",
+        fl,
+        src,
+        why + f" at {big['size_bytes'] / 2**30:.3g} GiB",
+        evidence=ev,
+    )

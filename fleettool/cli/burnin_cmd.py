@@ -37,45 +37,6 @@ def _is_local(node: str) -> bool:
     return node in names
 
 
-def _report_dict(rep: Any, code: int) -> dict[str, Any]:
-    return {
-        "run_id": rep.run_id,
-        "node": rep.node,
-        "started": rep.started,
-        "finished": rep.finished,
-        "exit_code": code,
-        "devices": rep.devices,
-        "results": [r.as_dict() for r in rep.results],
-        "allreduce": rep.allreduce,
-    }
-
-
-def _from_dict(d: dict[str, Any]) -> Any:
-    from fleettool.burnin.runner import BurninReport
-    from fleettool.burnin.verdict import Result, Verdict
-
-    rep = BurninReport(str(d["run_id"]), str(d["node"]), float(d["started"]), float(d.get("finished") or 0))
-    rep.devices = list(d.get("devices") or [])
-    rep.allreduce = d.get("allreduce")
-    for r in d.get("results") or []:
-        rep.results.append(
-            Result(
-                r["node"],
-                r.get("gpu"),
-                r["test"],
-                Verdict(r["verdict"]),
-                r.get("figure"),
-                r.get("unit", ""),
-                r.get("floor"),
-                r.get("floor_source", ""),
-                r.get("reason", ""),
-                r.get("uuid"),
-                r.get("evidence") or {},
-            )
-        )
-    return rep
-
-
 def _print_table(rep: Any, code: int) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -152,7 +113,8 @@ def register(app: typer.Typer) -> None:
         Example: fleettool burnin --node gpu-17 --via slurm --duration 60s
         """
         from fleettool.burnin import dispatch
-        from fleettool.burnin.runner import BurninConfig, save
+        from fleettool.burnin.context import BurninConfig
+        from fleettool.burnin.report import save, to_dict
         from fleettool.burnin.verdict import exit_code
 
         try:
@@ -251,7 +213,7 @@ def register(app: typer.Typer) -> None:
                 dispatch.cordon(node, False)
         code = exit_code(rep.results)
         if json_out:
-            json.dump(_report_dict(rep, code), sys.stdout, indent=1, default=str)
+            json.dump(to_dict(rep, code), sys.stdout, indent=1, default=str)
             print()
         else:
             _print_table(rep, code)
@@ -292,6 +254,7 @@ def _run_remote(
     print_job: bool,
 ) -> Any:
     from fleettool.burnin import dispatch
+    from fleettool.burnin.report import from_dict
 
     try:
         if mode == "ssh":
@@ -311,4 +274,4 @@ def _run_remote(
         raise die(f"burn-in on {node} via {mode}: {e}", ExitCode.NOT_TESTED) from None
     except Exception as e:  # kubectl errors and the like
         raise die(f"burn-in on {node} via {mode}: {e}", ExitCode.NOT_TESTED) from None
-    return _from_dict(doc)
+    return from_dict(doc)

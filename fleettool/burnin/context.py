@@ -1,0 +1,131 @@
+"""What a burn-in step is and what it is given: the run's config, a `StepContext` (torch, the devices, floors,
+telemetry, progress, the report) and the `Step` record the runner's table lists. Steps are in `steps.py`."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fleettool.burnin.floors import floor_for
+from fleettool.burnin.report import BurninReport
+from fleettool.burnin.telemetry import TelemetryWatcher, Watch
+from fleettool.burnin.verdict import Result
+
+if TYPE_CHECKING:
+    from fleettool.sources.base import GpuSource
+    from fleettool.store import Store
+
+Progress = Callable[[str, float], None]  # message, fraction done
+Floor = Callable[[str], tuple[float | None, str]]  # test -> (floor, where it comes from)
+
+
+@dataclass
+class BurninConfig:
+    node: str
+    backend: str = "cuda"  # cuda | cpu
+    tests: tuple[str, ...] = ("gemm", "hbm", "allreduce", "dcgm")
+    dtypes: tuple[str, ...] = ("bf16", "fp16", "tf32", "fp8")
+    seconds: float = 30.0  # per GEMM dtype and for HBM
+    gemm_n: int = 8192
+    hbm_bytes: int = 4 << 30
+    ar_min: int = 1 << 20
+    ar_max: int = 8 << 30
+    ar_iters: int = 20
+    ar_procs: int | None = None  # default: every GPU (cuda) or 2 (cpu)
+    ar_tool: str = "torch"  # torch, or nccl-tests (all_reduce_perf on PATH), parsed by the nccl-tests reader
+    dcgm_level: int = 1
+
+
+def cpu_defaults(cfg: BurninConfig) -> BurninConfig:
+    """Small sizes for the CPU path (the test suite and a laptop)."""
+    return BurninConfig(
+        node=cfg.node,
+        backend="cpu",
+        tests=tuple(t for t in cfg.tests if t != "dcgm"),
+        dtypes=("fp32", "bf16"),
+        seconds=min(cfg.seconds, 3.0),
+        gemm_n=256,
+        hbm_bytes=32 << 20,
+        ar_min=1 << 16,
+        ar_max=4 << 20,
+        ar_iters=5,
+        ar_procs=cfg.ar_procs or 2,
+        ar_tool=cfg.ar_tool,
+    )
+
+
+@dataclass
+class StepContext:
+    """One run as its steps see it. `devices` are dicts with gpu (index, None on the CPU), device ('cuda:0',
+    'cpu'), name, and where known memory_bytes, uuid and pci_bus_id."""
+
+    cfg: BurninConfig
+    torch: Any
+    devices: list[dict[str, Any]]
+    report: BurninReport
+    store: Store | None = None
+    nvml: GpuSource | None = None
+    model: str | None = None
+    driver: str | None = None
+    progress: Progress | None = None
+    total: int = 1  # progress units of the whole run
+    done: int = 0
+
+    def say(self, msg: str) -> None:
+        """Report progress: `msg` starts now, `done` of `total` units are behind."""
+        if self.progress is not None:
+            self.progress(msg, self.done / max(self.total, 1))
+
+    def tick(self) -> None:
+        self.done += 1
+
+    def floor(self, test: str) -> tuple[float | None, str]:
+        """The floor a figure of `test` is judged against (none on the CPU backend)."""
+        if self.cfg.backend == "cpu":
+            return None, ""
+        return floor_for(self.store, self.model, self.driver, test)
+
+    @contextmanager
+    def watched(self) -> Iterator[Watch]:
+        """Watch telemetry of the GPUs under test while the block runs; the samples join the report."""
+        gpus = [d["gpu"] for d in self.devices if d["gpu"] is not None]
+        with TelemetryWatcher(self.nvml, self.cfg.node, gpus) as w:
+            yield w.watch
+        self.report.telemetry += w.watch.samples
+
+    def on_each(self, fn: Callable[[Any], Any]) -> list[Any]:
+        """Run fn(torch device) on every device at once (one thread per GPU; CUDA work releases the GIL).
+        Each slot holds fn's return or the exception it raised."""
+        torch = self.torch
+        outs: list[Any] = [None] * len(self.devices)
+
+        def one(i: int) -> None:
+            try:
+                dev = torch.device(self.devices[i]["device"])
+                if dev.type == "cuda":
+                    torch.cuda.set_device(dev)
+                outs[i] = fn(dev)
+            except BaseException as e:  # a failing GPU must not take the others' results with it
+                outs[i] = e
+
+        threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(self.devices))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return outs
+
+
+@dataclass(frozen=True)
+class Step:
+    """One burn-in test: `name` is its --tests word; `run` measures and judges, returning its results;
+    `units` is how many progress units it takes (one by default); `needs_torch` is False for a test that runs
+    an external tool (DCGM)."""
+
+    name: str
+    run: Callable[[StepContext], list[Result]]
+    units: Callable[[BurninConfig], int] = lambda _cfg: 1
+    needs_torch: bool = True
