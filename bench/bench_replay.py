@@ -22,7 +22,8 @@ import pyarrow as pa
 
 from fleettool.formats.openmetrics import ExpositionParser, parse_stream
 from fleettool.recording.files import iter_blocks
-from fleettool.recording.reader import IngestOptions, ingest
+from fleettool.ingest.report import IngestOptions
+from fleettool.ingest.run import ingest
 from fleettool.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +77,7 @@ def main() -> None:
         con.close()
         out["raw_arrow_insert_rows_per_s"] = round(table.num_rows / dt_raw)
         # the store's write path alone, on the chunks replay produces (parsed beforehand, untimed)
-        from fleettool.recording.ingest_metrics import iter_metric_tables
+        from fleettool.collectors.series import iter_metric_tables
 
         _, _, gen = iter_metric_tables(path, default_node="x", millis=False, strict=False)
         chunks = list(gen)  # type: ignore[call-overload]

@@ -13,9 +13,10 @@ import urllib.error
 import urllib.request
 
 from fleettool.collectors.base import Collected
+from fleettool.collectors.registry import CollectorConfig
+from fleettool.collectors.series import MetricsIngest
 from fleettool.formats.openmetrics import ExpositionParser, parse_stream
 from fleettool.model import PodUse, Sample
-from fleettool.recording.ingest_metrics import MetricsIngest
 from fleettool.sources.base import SourceError
 
 DEFAULT_URL = "http://localhost:9400/metrics"
@@ -106,3 +107,10 @@ def parse_scrape(body: bytes, node: str, now: float, *, source: str = "<scrape>"
     out.pods = [PodUse(now, n, g, u, ns, pod, c) for (n, g, u, ns, pod, c) in ing.map.pods]
     out.errors = len(parser.issues)
     return out
+
+
+def from_config(cfg: CollectorConfig) -> DcgmExporterCollector | None:
+    """The registry's factory: scrape `--dcgm-exporter URL` (None for off or empty)."""
+    if not cfg.dcgm_url or cfg.dcgm_url == "off":
+        return None
+    return DcgmExporterCollector(cfg.node, cfg.dcgm_url)

@@ -10,6 +10,9 @@ Whatever keeps it from reading (a path that is missing, a directory, a socket, a
 agent_collector_available{collector="kmsg"}=0 and an agent event naming the reason, and looks at the path
 again each tick. `fleettool agent` refuses a missing explicit path before it starts (sources.kmsg.check_spec):
 a path someone typed is meant to be read, and a typo must not pass for a quiet kernel log.
+
+`kernel_events` is the one conversion of kernel records into events and GPU announcements: the live collector
+and replay (fleettool.ingest) both call it, so a replayed kernel log exercises the collector's code.
 """
 
 from __future__ import annotations
@@ -17,14 +20,66 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from fleettool.collectors.base import Collected
-from fleettool.formats.kmsg import KernelLogParser, record_to_event
+from fleettool.collectors.registry import CollectorConfig, CollectorConfigError
+from fleettool.formats.kmsg import KernelLogParser, KernelRecord, record_to_event
 from fleettool.model import Event, GpuInfo
 from fleettool.sources.base import SourceUnavailable
-from fleettool.sources.kmsg import LineSource, open_auto
+from fleettool.sources.kmsg import LineSource, check_spec, open_auto
 
 MAX_LINES_PER_TICK = 20_000
+
+
+@dataclass
+class KernelBatch:
+    """What a run of kernel records holds: GPU events, and the driver's announcement lines (identity: PCI id
+    -> UUID, board serial) with the time of each line."""
+
+    events: list[Event] = field(default_factory=list)
+    announced: list[tuple[GpuInfo, float | None]] = field(default_factory=list)
+    boot_relative: int = 0  # events with only an uptime, no wall time (detail.time = boot-relative)
+    untimed: int = 0  # events with no time at all (detail.time = none)
+
+
+def kernel_events(
+    records: Iterable[KernelRecord],
+    node: str,
+    source: str,
+    *,
+    now: float | None = None,
+    this_node: bool = False,
+) -> KernelBatch:
+    """Kernel records -> events and GPU announcements, live and in replay.
+
+    `now`: the time of a record that carries none (live: it arrived now). Without it such an event stays
+    untimed, marked detail.time = "boot-relative" (the line has an uptime) or "none".
+    `this_node`: every event and announcement is `node`'s (live: a journal's host field names this machine);
+    otherwise a line's own host names its node (a syslog of many hosts), `node` only those naming none."""
+    out = KernelBatch()
+    for rec in records:
+        if now is not None and rec.ts is None:
+            rec.ts = now
+        host = node if this_node else (rec.host or node)
+        if rec.kind == "gpu-announce":
+            out.announced.append((GpuInfo(host, None, rec.uuid, rec.pci_bus_id, serial=rec.serial), rec.ts))
+            continue
+        ev = record_to_event(rec, host, source=source)
+        if ev is None:
+            continue
+        if ev.node != host:
+            ev = _renode(ev, host)
+        if ev.ts is None:
+            mark = "boot-relative" if rec.uptime is not None else "none"
+            ev = dataclasses.replace(ev, detail={**ev.detail, "time": mark})
+            if rec.uptime is not None:
+                out.boot_relative += 1
+            else:
+                out.untimed += 1
+        out.events.append(ev)
+    return out
 
 
 class KmsgCollector:
@@ -70,16 +125,12 @@ class KmsgCollector:
         assert self.source is not None and self.parser is not None
         lines = self.source.read(MAX_LINES_PER_TICK)
         self.lines_read += len(lines)
-        for rec in self.parser.feed_all(lines):
-            if rec.ts is None:
-                rec.ts = now  # a line without any time: it arrived now
-            if rec.kind == "gpu-announce":
-                out.gpus.append(GpuInfo(self.node, None, rec.uuid, rec.pci_bus_id, serial=rec.serial))
-                continue
-            # events are this node's: a journal's host field names the same machine
-            ev = record_to_event(rec, self.node, source=f"kmsg:{self.source.name}")
-            if ev is not None:
-                out.events.append(ev if ev.node == self.node else _renode(ev, self.node))
+        # a line without any time arrived now; events are this node's (a journal's host names this machine)
+        batch = kernel_events(
+            self.parser.feed_all(lines), self.node, f"kmsg:{self.source.name}", now=now, this_node=True
+        )
+        out.events = batch.events
+        out.gpus = [g for g, _ in batch.announced]
         return out
 
     def close(self) -> None:
@@ -90,3 +141,13 @@ class KmsgCollector:
 
 def _renode(ev: Event, node: str) -> Event:
     return dataclasses.replace(ev, node=node)
+
+
+def from_config(cfg: CollectorConfig) -> KmsgCollector | None:
+    """The registry's factory: the kernel log named by `--kmsg` (None for off). A path someone typed must
+    exist: a typo would otherwise pass for a quiet kernel log."""
+    if cfg.kmsg == "off":
+        return None
+    if (why := check_spec(cfg.kmsg)) is not None:
+        raise CollectorConfigError(why)
+    return KmsgCollector(cfg.node, spec=cfg.kmsg)

@@ -2,7 +2,7 @@
 
 Every source writes these names; NVML temperature and DCGM_FI_DEV_GPU_TEMP are the same metric. Units are fixed
 per metric (the name ends with its unit where it has one) and conversions happen at the source boundary.
-Field names and ids are from samples/nvml-dcgm-facts.md (dcgm_fields.h @72fa3fea, dcgm-exporter @d5e5f510).
+Field names and ids are from fixtures/samples/nvml-dcgm-facts.md (dcgm_fields.h @72fa3fea, dcgm-exporter @d5e5f510).
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ _LINK_METRIC = {
 
 # DCGM's "blank" sentinels (dcgm_structs.h): not supported / not found. The int64 and fp64 blanks (>= 2**47)
 # are never readings; the int32 ones (0x7ffffff0..0x7fffffff) only count for int32 (gauge) fields, since a
-# 64-bit counter may pass through that range. Dropped in recording/ingest_metrics.py.
+# 64-bit counter may pass through that range. Dropped in collectors/series.py.
 DCGM_INT64_BLANK = 0x7FFFFFFFFFFFFFF0
 DCGM_INT32_BLANK = 0x7FFFFFF0
 DCGM_FP64_BLANK = 140737488355328.0

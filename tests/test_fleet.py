@@ -20,7 +20,8 @@ from fleettool.engine.rules import load_rules
 from fleettool.fleet import segments
 from fleettool.fleet.location import open_location
 from fleettool.fleet.read import open_fleet
-from fleettool.recording.reader import IngestOptions, ingest
+from fleettool.ingest.report import IngestOptions
+from fleettool.ingest.run import ingest
 from fleettool.store import Store
 from tests.conftest import SCENARIOS, run_cli
 

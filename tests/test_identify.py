@@ -21,10 +21,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleettool.recording.files import identify_bytes, identify_why
-from fleettool.recording.reader import READERS, IngestOptions, ingest, time_from_name
+from fleettool.ingest.readers import READERS
+from fleettool.ingest.report import IngestOptions
+from fleettool.ingest.run import ingest
+from fleettool.recording.identify import identify_bytes, identify_why
+from fleettool.recording.times import time_from_name
 from fleettool.store import Store
-from tests.conftest import FIXTURES, H200, SCENARIOS, run_cli
+from tests.conftest import FIXTURES, SCENARIOS, run_cli
 
 KMSG = FIXTURES / "formats" / "kmsg"
 SAMPLES = FIXTURES / "samples"
@@ -166,7 +169,7 @@ def test_syslog_year_comes_from_the_mtime_and_is_said(tmp_path: Path) -> None:
 
 
 def test_the_projects_own_dmesg_T_capture_is_read(tmp_path: Path) -> None:
-    out = replay_json(H200 / "dmesg-T-nvidia.txt", tmp_path / "t.duckdb")
+    out = replay_json(FIXTURES / "h200-gemm" / "dmesg-T-nvidia.txt", tmp_path / "t.duckdb")
     f = out["files"][0]
     assert f["reader"] == "kernel log" and f["shape"] == "dmesg -T" and f["status"] == "read"
 

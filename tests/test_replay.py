@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fleettool.recording.files import identify
-from fleettool.recording.reader import IngestOptions, ingest
+from fleettool.ingest.report import IngestOptions
+from fleettool.ingest.run import ingest
+from fleettool.recording.identify import identify
 from fleettool.store import Store
 from tests.conftest import H200, SCENARIOS, run_cli
 

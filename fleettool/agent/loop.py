@@ -258,27 +258,18 @@ class Agent:
         except StoreError as e:
             self._flush_failed(e)
             return False
+        from fleettool.pipeline import Pipeline
+
+        pipe = Pipeline(store, scheduler=self.scheduler)
         try:
-            store.begin()
-            n = store.write_samples(self.buf.samples)
-            n += store.write_events(self.buf.events)
-            store.upsert_gpus(self.buf.gpus.values(), now)
-            store.record_pods(self.buf.pods)
-            if self.buf.events:
-                store.resolve_event_gpus()  # kernel lines name a PCI id; the inventory knows its index
-            store.commit()
+            buf = self.buf
+            c = Collected(samples=buf.samples, events=buf.events, gpus=list(buf.gpus.values()), pods=buf.pods)
+            n = pipe.write(c, now)
             if self.scheduler is not None:
-                try:
-                    store.begin()
-                    self.scheduler.run(store, now)
-                    store.commit()
-                    self.open_alerts = store.query(
-                        "SELECT rule, severity, category, action, gpu FROM alerts WHERE state = 'firing' AND node = ?",
-                        [self.cfg.node],
-                    )
+                try:  # the pipeline rolls back a failed evaluation
+                    pipe.evaluate_due(now)
+                    self.open_alerts = pipe.firing_alerts(self.cfg.node)
                 except Exception as e:  # a broken rule must not stop collection
-                    with contextlib.suppress(Exception):
-                        store.rollback()
                     self.log(
                         f"rule evaluation failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
                     )

@@ -1,5 +1,7 @@
 """`fleettool replay DIR` and `fleettool demo`: ingest a recording, say what was read, evaluate the rules.
 
+The work is fleettool.pipeline.replay's; this module parses the options and prints what it returns.
+
 The summary names every file with its reader and what it stored, or why it was skipped, or what a partial
 file kept, and where its times came from. Nothing recognised is exit 3; so is --strict with any skipped or
 partial file (after the rest was read), and any file whose reading failed.
@@ -65,25 +67,6 @@ def _line(r: Any) -> str:
     return out
 
 
-def _evaluate(store: Any, rules: Any, reports: list[Any], opts: Any) -> list[Any]:
-    """The rules over the recording in its own time. A recording whose events are all boot-relative has no
-    time range, so the engine would see nothing: it is judged at one instant, the newest of the files' times
-    (name, --at or mtime), so an XID 79 in a plain dmesg still raises its alert."""
-    from fleettool.engine.evaluate import data_range, evaluate, evaluate_rule, fold
-
-    if data_range(store) is not None:
-        return evaluate(store, rules)
-    if not store.scalar("SELECT count(*) FROM events WHERE ts IS NULL"):
-        return []
-    from fleettool.recording.reader import file_time
-
-    t = max((file_time(Path(r.path), opts)[0] for r in reports if r.events), default=0.0)
-    findings = []
-    for r in rules:
-        findings.extend(evaluate_rule(store, r, t, t))
-    return fold(findings, t)
-
-
 def _replay(
     db: Path,
     src: Path,
@@ -96,10 +79,11 @@ def _replay(
     year: int | None = None,
     max_bytes: int | None = None,
 ) -> None:
-    from fleettool.engine.evaluate import write_alerts
     from fleettool.engine.rules import RuleError, load_rules
+    from fleettool.ingest.report import IngestOptions
+    from fleettool.ingest.run import store_files
+    from fleettool.pipeline import replay
     from fleettool.recording.files import MAX_BYTES
-    from fleettool.recording.reader import IngestOptions, ingest, store_files
     from fleettool.report import render_text, summarize
 
     if not src.exists():
@@ -119,15 +103,11 @@ def _replay(
     )
     with open_store(db, read_only=False) as store:
         try:
-            reports = ingest(store, src, opts)
+            res = replay(store, src, opts, rules)
         except OSError as e:
             raise die(f"{e}", ExitCode.BAD_INPUT) from None
-        read = [r for r in reports if r.status in ("read", "partial")]
-        seen = [r for r in reports if r.status == "ignored" and r.recognised]
-        failed = [r for r in reports if r.status == "failed"]
-        skipped = [r for r in reports if r.status == "skipped"]
-        partial = [r for r in reports if r.status == "partial"]
-        if not read and not seen and not failed:
+        reports = res.reports
+        if not res.recognised:
             listed = "; ".join(f"{Path(r.path).name}: {r.skipped}" for r in reports if r.skipped)
             n = len(reports)
             if not as_json:
@@ -139,14 +119,7 @@ def _replay(
                 ExitCode.BAD_INPUT,
             )
         summaries = summarize(store)
-        incidents = _evaluate(store, rules, reports, opts)
-        store.begin()
-        write_alerts(store, incidents)
-        store.commit()
-        alerts = store.query(
-            "SELECT severity, category, node, gpu, action, state, summary, runbook FROM alerts "
-            "ORDER BY CASE severity WHEN 'critical' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, node, gpu"
-        )
+    read, failed, skipped, partial, alerts = res.read, res.failed, res.skipped, res.partial, res.alerts
     if as_json:
         out = {
             "files": [r.as_dict() for r in reports],
@@ -175,7 +148,7 @@ def _replay(
                 (partial, "of them partial"),
                 (skipped, "skipped"),
                 (failed, "failed"),
-                ([r for r in reports if r.status == "ignored"], "ignored"),
+                (res.having("ignored"), "ignored"),
             )
             if x
         )

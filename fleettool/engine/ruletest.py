@@ -95,7 +95,7 @@ class CaseResult:
 
 
 def load_case_inputs(store: Store, case: dict[str, Any], base: Path) -> None:
-    interval = parse_duration(case.get("interval", "1m"))
+    interval = parse_duration(case.get("interval", "1m"), "interval")
     samples: list[Sample] = []
     for s in case.get("input_series") or []:
         name, labels = parse_series(s["series"])
@@ -118,7 +118,7 @@ def load_case_inputs(store: Store, case: dict[str, Any], base: Path) -> None:
     for e in case.get("input_events") or []:
         evs.append(
             Event(
-                ts=parse_duration(e.get("at", 0)),
+                ts=parse_duration(e.get("at", 0), "at"),
                 node=str(e.get("hostname", "node")),
                 kind=str(e.get("kind", "xid")),
                 message=str(e.get("message", "")),
@@ -139,7 +139,7 @@ def load_case_inputs(store: Store, case: dict[str, Any], base: Path) -> None:
         )
         store.write_nccl_run(
             run_id=f"t{i}",
-            ts=parse_duration(run.get("at", 0)),
+            ts=parse_duration(run.get("at", 0), "at"),
             op=run.get("op", "all_reduce"),
             ranks=int(run.get("ranks", 8 * len(run["nodes"]))),
             nodes=list(run["nodes"]),
@@ -151,7 +151,8 @@ def load_case_inputs(store: Store, case: dict[str, Any], base: Path) -> None:
             rows=[row],
         )
     for f in case.get("input_files") or []:
-        from fleettool.recording.reader import IngestOptions, ingest
+        from fleettool.ingest.report import IngestOptions
+        from fleettool.ingest.run import ingest
 
         # files that carry no time of their own sit at the start of the test's time axis, as input_nccl_runs do
         ingest(store, (base / f).resolve(), IngestOptions(quiet=True, at=0.0))
@@ -196,7 +197,7 @@ def run_test_file(path: Path, rules: list[Rule] | None = None) -> list[CaseResul
             cache: dict[tuple[str, float], list[Finding]] = {}
             for at in case.get("alert_rule_test") or []:
                 name = at["alertname"]
-                t = parse_duration(at.get("eval_time", 0))
+                t = parse_duration(at.get("eval_time", 0), "eval_time")
                 rule = by_name.get(name)
                 if rule is None:
                     results.append(CaseResult(str(path), ti, name, t, False, f"no rule named {name}"))

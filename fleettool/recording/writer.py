@@ -4,18 +4,36 @@ openmetrics) or read by grep.
 
 OpenMetrics wants each metric family's samples together, so series are collected in memory and written
 grouped at the end (a node-hour at 8 GPUs is ~1 M samples, ~50 MB of Python objects).
+
+The writer takes what a collection returned (any object with `samples`, `events` and `gpus`, such as a
+collector's Collected) without importing the collectors: recording sits below them. recording.own reads the
+file back.
 """
 
 from __future__ import annotations
 
 import gzip
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Protocol
 
-from fleettool.collectors.base import Collected
 from fleettool.metrics import METRICS, own_metric_name
-from fleettool.model import EventKind, GpuInfo
+from fleettool.model import Event, EventKind, GpuInfo, Sample
+
+
+class Collection(Protocol):
+    """What one collection returned (collectors.base.Collected has this shape)."""
+
+    @property
+    def samples(self) -> Sequence[Sample]: ...
+
+    @property
+    def events(self) -> Sequence[Event]: ...
+
+    @property
+    def gpus(self) -> Sequence[GpuInfo]: ...
 
 
 def _esc(v: str) -> str:
@@ -40,7 +58,7 @@ class RecordingWriter:
         self.events: list[tuple[float, str]] = []
         self.gpus: dict[int | None, GpuInfo] = {}
 
-    def add(self, c: Collected) -> None:
+    def add(self, c: Collection) -> None:
         for s in c.samples:
             self.series[(s.metric, s.gpu, s.uuid, s.sub)].append((s.ts, s.value))
         for g in c.gpus:

@@ -1,6 +1,6 @@
 """A fake GPU source fed by recorded real data, with fault injection and the measured cost of each call.
 
-It plays a recording (fleettool's OpenMetrics names, e.g. fixtures/h200-gemm) back in a loop as if NVML
+It plays a recording (fleettool's OpenMetrics names, e.g. data/demo/h200-gemm) back in a loop as if NVML
 answered, for any number of GPUs, so the agent, the rules and the TUI can be exercised without a GPU and
 alerts can be drilled on healthy hardware (`fleettool agent --source fake --inject xid:79@gpu=3`).
 
@@ -120,7 +120,7 @@ class Frames:
 
 def load_frames(path: Path) -> tuple[Frames, dict[str, str]]:
     """Read a fleettool OpenMetrics recording of one GPU into frames (carry-forward of slow metrics)."""
-    from fleettool.recording.reader import read_own_openmetrics
+    from fleettool.recording.own import read_own_openmetrics
 
     rows, info = read_own_openmetrics(path)
     if not rows:
@@ -140,7 +140,7 @@ def load_frames(path: Path) -> tuple[Frames, dict[str, str]]:
     return Frames(times, frames), info
 
 
-DEFAULT_RECORDING = Path(__file__).resolve().parent.parent / "data" / "h200-gemm" / "nvml.om.gz"
+DEFAULT_RECORDING = Path(__file__).resolve().parent.parent / "data" / "demo" / "h200-gemm" / "nvml.om.gz"
 
 
 class FakeSource:

@@ -1,4 +1,9 @@
-"""OpenMetrics / Prometheus text -> store samples: dcgm-exporter's DCGM_FI_* names and fleettool's own names.
+"""OpenMetrics / Prometheus text -> samples: dcgm-exporter's DCGM_FI_* names and fleettool's own names.
+
+The one series mapping of the house: the dcgm-exporter collector maps its scrapes through it, and replay maps
+a recorded exposition (a saved scrape, a fleettool recording) through it, so both store the same rows. It
+belongs to the collectors (they turn sources' bytes into records); the recording package below does not
+import it.
 
 Each distinct series is mapped once (name + labels -> metric, node, gpu, uuid, sub, scale); rows are then
 built with Arrow `take` over the per-series arrays, and DCGM's not-supported sentinels are dropped.

@@ -1,0 +1,153 @@
+"""Read a kernel log (dmesg in its shapes, syslog, journalctl short / -o json, /dev/kmsg records) into the
+store. The lines are parsed by formats.kmsg and turned into events by the live collector's own conversion
+(collectors.kmsg.kernel_events), so a replay exercises what the agent runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from fleettool.collectors.kmsg import kernel_events
+from fleettool.formats.errors import ParseIssue
+from fleettool.formats.kmsg import KernelLogParser, KernelRecord, parse_journal_entry, parse_kmsg_record
+from fleettool.ingest.report import FileReport, IngestOptions
+from fleettool.model import Event
+from fleettool.recording.files import iter_lines
+from fleettool.store import Store
+
+
+def _context_year(store: Store, path: Path, opts: IngestOptions) -> tuple[int, str]:
+    """The year for syslog lines that carry none, and where it came from: --year, the recording's own
+    samples, --at, the file's mtime."""
+    if opts.year:
+        return opts.year, "--year"
+    hi = store.scalar("SELECT max(ts) FROM samples")
+    if hi is not None:
+        return int(hi.year), "the recording's samples"
+    if opts.at is not None:
+        return dt.datetime.fromtimestamp(opts.at, tz=dt.timezone.utc).year, "--at"
+    m = path.stat().st_mtime
+    return dt.datetime.fromtimestamp(m, tz=dt.timezone.utc).year, "the file's mtime"
+
+
+def _default_node(store: Store, opts: IngestOptions) -> str:
+    if opts.node is not None:
+        return opts.node
+    nodes = [r["node"] for r in store.query("SELECT DISTINCT node FROM samples LIMIT 2")]
+    return nodes[0] if len(nodes) == 1 else "unknown"
+
+
+def _kernel_records(
+    store: Store, path: Path, opts: IngestOptions, rep: FileReport, records: Iterable[KernelRecord]
+) -> None:
+    """Store the GPU records of one kernel log and say where their times came from."""
+    node = _default_node(store, opts)
+    batch = kernel_events(records, node, f"kmsg:{path.name}")
+    for g, ts in batch.announced:
+        store.merge_gpu_identity(g.node, g.uuid, g.pci_bus_id, g.serial, ts or 0.0)
+        rep.nodes.add(g.node)
+        rep.identities += 1
+    events = batch.events
+    rep.boot_relative += batch.boot_relative
+    rep.untimed += batch.untimed
+    for ev in events:
+        rep.nodes.add(ev.node)
+        if ev.ts is not None:
+            rep.t_min = ev.ts if rep.t_min is None else min(rep.t_min, ev.ts)
+            rep.t_max = ev.ts if rep.t_max is None else max(rep.t_max, ev.ts)
+    walled = len(events) - batch.boot_relative - batch.untimed
+    # identity learnt in this file (announcements) applies to the events just read
+    _fill_from_announcements(events, store)
+    rep.events += store.write_events(events)
+    if "unknown" in rep.nodes and opts.node is None:
+        rep.notes.append("no host name in the file: stored as node 'unknown' (give --node)")
+    parts = []
+    if walled:
+        parts.append(f"{walled} at wall-clock time ({_wall_kind(rep)})")
+    if rep.boot_relative:
+        parts.append(
+            f"{rep.boot_relative} boot-relative: the file has only the uptime since boot, "
+            "stored without a wall time (detail.uptime)"
+        )
+    if rep.untimed:
+        parts.append(f"{rep.untimed} with no time in the line")
+    rep.time_source = "; ".join(parts) if parts else None
+
+
+def _wall_kind(rep: FileReport) -> str:
+    shape = rep.shape
+    if shape == "dmesg -T":
+        return "dmesg -T stamps, the capturing host's local time read as UTC"
+    if shape in ("syslog / journalctl short", "journalctl short-precise"):
+        return "syslog stamps (no year, no zone: UTC assumed)"
+    if shape == "journalctl -o json":
+        return "journal __REALTIME_TIMESTAMP"
+    if shape == "dmesg":
+        return "uptime + the boot time learnt from a line carrying both"
+    return "the lines' own stamps"
+
+
+def read_kernel_log(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
+    year, year_src = _context_year(store, path, opts)
+    parser = KernelLogParser(year=year, host=None)
+    _kernel_records(store, path, opts, rep, parser.feed_all(iter_lines(path)))
+    if parser.year_used:  # syslog stamps were read: they carry no year
+        rep.notes.append(f"syslog stamps carry no year: {year} taken from {year_src}")
+
+
+def read_journal_json(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
+    records = _decoded_records(path, rep, parse_journal_entry, "a journal JSON entry")
+    _kernel_records(store, path, opts, rep, records)
+
+
+def _decode_kmsg(line: str) -> tuple[str, float | None, float | None, str | None] | None:
+    if line.startswith(" "):  # continuation lines: the record's KEY=value dictionary
+        return ("", None, None, None)
+    r = parse_kmsg_record(line)
+    if r is None:
+        return None
+    _pri, _seq, usec, msg = r
+    return msg.replace("\\x0a", "\n").split("\n")[0], None, usec / 1e6, None  # \x0a: an escaped newline
+
+
+def read_dev_kmsg(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
+    _kernel_records(store, path, opts, rep, _decoded_records(path, rep, _decode_kmsg, "a /dev/kmsg record"))
+
+
+def _decoded_records(
+    path: Path,
+    rep: FileReport,
+    decode: Callable[[str], tuple[str, float | None, float | None, str | None] | None],
+    what: str,
+) -> Iterator[KernelRecord]:
+    """Kernel records from a file of one message per line (journal JSON, /dev/kmsg records): `decode` gives
+    (message, wall time, uptime, host), an empty message for a line to pass over, or None for a bad line."""
+    parser = KernelLogParser()
+    for lineno, line in enumerate(iter_lines(path), 1):
+        entry = decode(line) if line.strip() else ("", None, None, None)
+        if entry is None:
+            rep.issues.append(ParseIssue(str(path), lineno, f"not {what}: {line[:60]!r}"))
+        if entry is None or not entry[0]:
+            parser.lineno += 1
+            continue
+        msg, ts, up, host = entry
+        rec = parser.feed_message(msg, ts=ts, uptime=up, host=host)
+        if rec is not None:
+            yield rec
+
+
+def _fill_from_announcements(events: list[Event], store: Store) -> None:
+    if not events:
+        return
+    known = {
+        (r["node"], r["pci_bus_id"]): (r["gpu"], r["uuid"])
+        for r in store.query("SELECT node, pci_bus_id, gpu, uuid FROM gpus WHERE pci_bus_id IS NOT NULL")
+    }
+    for i, ev in enumerate(events):
+        hit = known.get((ev.node, ev.pci_bus_id))
+        if hit and (ev.gpu is None or ev.uuid is None):
+            events[i] = dataclasses.replace(
+                ev, gpu=ev.gpu if ev.gpu is not None else hit[0], uuid=ev.uuid or hit[1]
+            )

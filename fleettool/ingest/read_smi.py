@@ -1,0 +1,57 @@
+"""Read an nvidia-smi dump (-q text, or -q -x XML, made whole when cut short) into the store: one sample per
+reading per GPU at the report's time, and the GPU inventory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fleettool.formats.nvidia_smi import SmiReport, gpu_identity, gpu_samples, parse_text, parse_xml
+from fleettool.ingest.report import FileReport, IngestOptions
+from fleettool.model import GpuInfo, Sample
+from fleettool.recording.files import complete_xml, iter_lines, read_text
+from fleettool.recording.times import file_time
+from fleettool.store import Store
+
+
+def _store_smi(store: Store, path: Path, opts: IngestOptions, rep: FileReport, report: SmiReport) -> None:
+    rep.issues.extend(report.issues)
+    node = opts.node or "unknown"
+    if report.timestamp is not None:
+        ts = report.timestamp
+        rep.time_source = "the report's Timestamp (the capturing host's local time read as UTC)"
+    else:
+        ts, src = file_time(path, opts.at)
+        rep.time_source = f"no Timestamp in the report: {src}"
+    samples = []
+    infos = []
+    for g in report.gpus:
+        ident = gpu_identity(g)
+        minor = ident.get("minor")
+        gpu = int(minor) if minor and minor.isdigit() else g.index
+        if ident["uuid"] is None and not gpu_samples(g):
+            continue
+        for metric, value in gpu_samples(g).items():
+            samples.append(Sample(ts, node, gpu, ident["uuid"], metric, value))
+        infos.append(
+            GpuInfo(
+                node, gpu, ident["uuid"], ident["pci_bus_id"], ident["model"], report.driver, ident["serial"]
+            )
+        )
+    rep.rows += store.write_samples(samples) if samples else 0
+    if infos:
+        store.upsert_gpus(infos, ts)
+    rep.nodes.add(node)
+    if node == "unknown":
+        rep.notes.append("nvidia-smi names no host: stored as node 'unknown' (give --node)")
+    rep.t_min = rep.t_max = ts
+
+
+def read_smi_text(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
+    _store_smi(store, path, opts, rep, parse_text(iter_lines(path), path=str(path)))
+
+
+def read_smi_xml(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
+    text, cut = complete_xml(read_text(path))
+    if cut:
+        rep.partial.append(cut)
+    _store_smi(store, path, opts, rep, parse_xml(text, path=str(path)))

@@ -1,0 +1,122 @@
+"""What a replay says about each file (FileReport), the options of an ingest, and the reader signature."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleettool.formats.errors import ParseIssue
+from fleettool.recording.files import MAX_BYTES
+from fleettool.store import Store
+
+# status of a file in a replay
+READ, PARTIAL, SKIPPED, FAILED, IGNORED = "read", "partial", "skipped", "failed", "ignored"
+
+READER_NAMES = {
+    "openmetrics": "OpenMetrics",
+    "prometheus": "Prometheus text",
+    "kmsg": "kernel log",
+    "kmsg-journal-json": "kernel log",
+    "kmsg-raw": "kernel log",
+    "nccl-tests": "nccl-tests",
+    "nccl-tests-json": "nccl-tests -J",
+    "nvidia-smi-xml": "nvidia-smi -q -x",
+    "nvidia-smi-text": "nvidia-smi -q",
+}
+
+
+@dataclass
+class FileReport:
+    """One file of a replay: its reader and what it stored, or why it was skipped, or what a partial file
+    kept; and where the times came from (the file's own, the file name, --at, the file's mtime, or
+    boot-relative)."""
+
+    path: str
+    format: str
+    shape: str = ""  # within the format: "dmesg -T", "journalctl -o json", ...
+    rows: int = 0
+    events: int = 0
+    runs: int = 0
+    issues: list[ParseIssue] = field(default_factory=list)
+    nodes: set[str] = field(default_factory=set)
+    t_min: float | None = None
+    t_max: float | None = None
+    skipped: str | None = None  # why the file was not read (or why what it stored was rolled back)
+    ignored: bool = False  # not an input problem: the store's own file, already ingested, hidden
+    failed: bool = False  # recognised, but reading it failed; nothing from it was stored
+    partial: list[str] = field(default_factory=list)  # why only part of the file was read
+    time_source: str | None = None  # where the stored times came from
+    boot_relative: int = 0  # events stored with only an uptime (no wall time in the file)
+    untimed: int = 0  # events stored with no time at all
+    identities: int = 0  # the driver's GPU announcement lines (PCI id -> UUID, serial)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        if self.ignored:
+            return IGNORED
+        if self.failed:
+            return FAILED
+        if self.skipped:
+            return SKIPPED
+        return PARTIAL if self.partial else READ
+
+    @property
+    def reader(self) -> str:
+        return READER_NAMES.get(self.format, self.format)
+
+    @property
+    def recognised(self) -> bool:
+        return self.format in READER_NAMES
+
+    def stored(self) -> str:
+        kernel = self.format.startswith("kmsg")
+        if self.format.startswith("nccl"):
+            runs = f"{self.runs} runs" if self.runs != 1 else "1 run"
+            return f"{runs} ({self.rows} table rows)"
+        parts = [f"{self.rows} samples"] if self.rows or not (self.events or self.runs or kernel) else []
+        if kernel or self.events:
+            parts.append(f"{self.events} events" if self.events != 1 else "1 event")
+        if self.runs or self.format.startswith("nccl"):
+            parts.append(f"{self.runs} runs" if self.runs != 1 else "1 run")
+        if self.identities:
+            parts.append(f"{self.identities} GPU identities (PCI id -> UUID)")
+        return ", ".join(parts)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "format": self.format,
+            "reader": self.reader if self.recognised else None,
+            "shape": self.shape or None,
+            "status": self.status,
+            "rows": self.rows,
+            "events": self.events,
+            "runs": self.runs,
+            "issues": len(self.issues),
+            "first_issue": str(self.issues[0]) if self.issues else None,
+            "nodes": sorted(self.nodes),
+            "skipped": self.skipped,
+            "partial": self.partial or None,
+            "time_source": self.time_source,
+            "boot_relative_events": self.boot_relative,
+            "untimed_events": self.untimed,
+            "notes": self.notes,
+        }
+
+
+@dataclass
+class IngestOptions:
+    node: str | None = None  # the node for files that do not name one
+    strict: bool = False  # a file with a malformed line is not stored (and the replay fails)
+    max_issue_lines: int = 20  # how many issue lines to print per file
+    quiet: bool = False
+    year: int | None = None  # for syslog lines without a year (default: from the recording's context)
+    at: float | None = None  # --at: the time of files that carry none and whose name gives none
+    exclude: list[Path] = field(default_factory=list)  # the store's own files: never read
+    max_bytes: int = MAX_BYTES  # decompressed bytes per file
+
+
+# a reader stores what its file holds (inside the file's transaction) and fills the report
+Reader = Callable[[Store, Path, IngestOptions, FileReport], None]

@@ -1,0 +1,153 @@
+"""Ingest a recording (a file or a directory of files) into the store, and say what was read.
+
+Each file is identified by content (recording.identify) and handed to the reader for its format
+(ingest.readers). A file is ingested in one transaction: a file that fails (a bad value, or a bad line under
+--strict) is rolled back, named with file:line, and the next file is read. A file already ingested (same
+content digest) is not stored twice. The store's own files (the database, its WAL) are never read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+from fleettool.formats.errors import ParseError
+from fleettool.ingest.readers import READERS
+from fleettool.ingest.report import FileReport, IngestOptions
+from fleettool.recording.files import InputTooLarge, XmlRefused, digest_file, recording_files, watch_reads
+from fleettool.recording.identify import identify_why
+from fleettool.store import Store
+
+
+def store_files(db: Path | str | None) -> list[Path]:
+    """The files a store at `db` writes beside itself: the database, its WAL, its temp directory."""
+    if db is None or str(db) == ":memory:":
+        return []
+    p = Path(db).absolute()
+    return [p, p.with_name(p.name + ".wal"), p.with_name(p.name + ".tmp")]
+
+
+def _own(path: Path, exclude: list[Path]) -> bool:
+    a = path.absolute()
+    for e in exclude:
+        if a == e or e in a.parents:
+            return True
+        try:
+            if a.exists() and e.exists() and a.samefile(e):
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def _ignored(path: Path, root: Path, opts: IngestOptions) -> str | None:
+    if _own(path, opts.exclude):
+        return "the store's own file (never read)"
+    if path.name.endswith(".wal") and path.with_name(path.name[:-4]).is_file():
+        return f"write-ahead log of the database {path.name[:-4]} (never read)"
+    rel = path.relative_to(root) if path != root and root in path.parents else Path(path.name)
+    if any(part.startswith(".") for part in rel.parts):
+        return "hidden file"
+    if path.name == "expect.json" and path != root:
+        return "a scenario's expectations (expect.json)"
+    return None
+
+
+def ingest(store: Store, root: Path, opts: IngestOptions | None = None) -> list[FileReport]:
+    """Read every file of `root` into the store; one FileReport per file, in path order."""
+    opts = opts or IngestOptions()
+    reports = [_ingest_one(store, path, root, opts) for path in recording_files(root)]
+    store.resolve_event_gpus()
+    return reports
+
+
+def _ingest_one(store: Store, path: Path, root: Path, opts: IngestOptions) -> FileReport:
+    why = _ignored(path, root, opts)
+    if why is not None:
+        return FileReport(str(path), "-", skipped=why, ignored=True)
+    if not path.is_file():
+        return FileReport(str(path), "unknown", skipped="not a regular file (a pipe, socket or device)")
+    ident = identify_why(path)
+    rep = FileReport(str(path), ident.format, ident.shape)
+    reader = READERS.get(ident.format)
+    if reader is None:
+        rep.skipped = ident.why or f"no reader for {ident.format}"
+        return rep
+    try:
+        digest = digest_file(path)
+    except OSError as e:
+        rep.skipped = f"cannot read it ({e.strerror or e})"
+        return rep
+    if store.seen_digest(digest):
+        rep.skipped = "already ingested (same content)"
+        rep.ignored = True
+        return rep
+    store.begin()
+    try:
+        with watch_reads(opts.max_bytes) as notes:
+            reader(store, path, opts, rep)
+        if rep.skipped:  # the reader found nothing it could store
+            store.rollback()
+            rep.rows = rep.events = rep.runs = 0
+            return rep
+        if notes.truncated:
+            rep.partial.insert(0, notes.truncated)
+        if notes.long_lines:
+            rep.partial.append(f"{notes.long_lines} lines longer than 1 MiB cut")
+        rep.notes.extend(notes.notes)
+        if opts.strict and rep.issues:
+            raise ParseError(rep.issues[0])
+        store.record_ingest(
+            digest, str(path), ident.format, ",".join(sorted(rep.nodes)) or None, rep.rows, len(rep.issues)
+        )
+        store.commit()
+    except ParseError as e:
+        _rollback(store, rep)
+        rep.skipped = f"{e} (stopped; nothing from this file was stored)"
+        print(f"fleettool: {rep.skipped}", file=sys.stderr)
+        return rep
+    except (InputTooLarge, XmlRefused) as e:
+        _rollback(store, rep)
+        rep.skipped = str(e).removeprefix(f"{path}: ")
+        print(f"fleettool: {path}: {rep.skipped}", file=sys.stderr)
+        return rep
+    except Exception as e:  # one bad file never stops the others, and never shows a traceback
+        _rollback(store, rep)
+        where = _where(e, path)
+        rep.skipped = f"{where}: {_describe(e)} (nothing from this file was stored)"
+        print(f"fleettool: {rep.skipped}", file=sys.stderr)
+        return rep
+    if not opts.quiet:
+        _print_issues(rep, path, opts)
+    return rep
+
+
+def _print_issues(rep: FileReport, path: Path, opts: IngestOptions) -> None:
+    for issue in rep.issues[: opts.max_issue_lines]:
+        # an issue whose message says what was kept (a bad gpu label keeps its samples) is not "skipped"
+        note = "" if "kept" in issue.message else " (skipped)"
+        print(f"fleettool: {issue}{note}", file=sys.stderr)
+    if len(rep.issues) > opts.max_issue_lines:
+        print(
+            f"fleettool: {path}: {len(rep.issues) - opts.max_issue_lines} more issues (see --json)",
+            file=sys.stderr,
+        )
+
+
+def _rollback(store: Store, rep: FileReport) -> None:
+    rep.failed = True
+    with contextlib.suppress(Exception):  # the transaction may already be gone with the error
+        store.rollback()
+    rep.rows = rep.events = rep.runs = 0
+    rep.partial = []
+
+
+def _where(e: Exception, path: Path) -> str:
+    line = getattr(e, "lineno", None) or getattr(getattr(e, "issue", None), "line", None)
+    return f"{path}:{line}" if line else str(path)
+
+
+def _describe(e: Exception) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text[:200]}" if text else type(e).__name__
