@@ -25,7 +25,7 @@ from fleettool.formats.kmsg_entries import parse_journal_entry, parse_kmsg_recor
 from fleettool.formats.kmsg_prefix import PrefixClock, Stamp, finite_time, finite_uptime, parse_iso
 from fleettool.model import Event
 
-# KernelRecord, parse_iso and the two entry readers are imported from here by recording/readers.py
+# KernelRecord, parse_iso and the two entry readers are imported from here by ingest/read_kernel.py
 __all__ = [
     "KernelLogParser",
     "KernelRecord",

@@ -37,7 +37,7 @@ from fleettool.formats.nccl_run import (
     wrong_count,
 )
 
-# NcclRow, NcclRun and parse_nccl_json are imported from here by recording/readers.py, burnin and the rule tests
+# NcclRow, NcclRun and parse_nccl_json are imported from here by ingest/read_nccl.py, burnin and the rule tests
 __all__ = ["NcclRow", "NcclRun", "parse_nccl_json", "parse_nccl_text"]
 
 _RE_RANK = re.compile(
