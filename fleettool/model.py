@@ -1,7 +1,7 @@
 """Records and vocabularies shared by every layer (no I/O here).
 
-The field names follow DESIGN.md: a Sample is (ts, node, gpu, uuid, metric, value); an Event is one line of
-evidence (an XID line, an NVML error, an agent health change).
+A Sample is (ts, node, gpu, uuid, metric, value); an Event is one line of evidence (an XID line, an NVML
+error, an agent health change). docs/records.md describes every record and vocabulary field by field.
 """
 
 from __future__ import annotations
