@@ -22,14 +22,13 @@ from collections.abc import Iterable, Iterator
 
 from fleettool.formats.kmsg_body import BodyReader, KernelRecord, sxid_match
 from fleettool.formats.kmsg_entries import parse_journal_entry, parse_kmsg_record
-from fleettool.formats.kmsg_prefix import PrefixClock, Stamp, finite_time, finite_uptime, parse_iso
+from fleettool.formats.kmsg_prefix import PrefixClock, Stamp, finite_time, finite_uptime
 from fleettool.model import Event
 
-# KernelRecord, parse_iso and the two entry readers are imported from here by ingest/read_kernel.py
+# KernelRecord and the two entry readers are imported from here by collectors/kmsg.py and ingest/read_kernel.py
 __all__ = [
     "KernelLogParser",
     "KernelRecord",
-    "parse_iso",
     "parse_journal_entry",
     "parse_kernel_log",
     "parse_kmsg_record",
