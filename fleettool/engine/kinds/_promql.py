@@ -27,7 +27,7 @@ def num(v: Any) -> str:
     return str(int(f)) if f.is_integer() else repr(f)
 
 
-def name(metric: str) -> str:
+def metric_name(metric: str) -> str:
     """A fleettool metric's name on /metrics."""
     return prom_spec(metric)[0]
 

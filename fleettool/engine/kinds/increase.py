@@ -11,8 +11,8 @@ value); rate is the increase per second, optionally per PCIe lane x generation.
 
 from __future__ import annotations
 
-from fleettool.engine.kinds import _promql as pq
 from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
+from fleettool.engine.kinds._promql import dur, metric_name, scaled
 from fleettool.engine.kinds._sql import cmp, run_obs_sql, src
 from fleettool.store import Store
 
@@ -60,10 +60,10 @@ def evaluate_rate(store: Store, r: RuleLike, start: float, end: float) -> KindRe
 
 def _promql(r: RuleLike, fn: str) -> str:
     m = r.p("metric")
-    e = f"{fn}({pq.name(m)}[{pq.dur(float(r.p('window', 300)))}])"
+    e = f"{fn}({metric_name(m)}[{dur(float(r.p('window', 300)))}])"
     if fn == "rate" and r.p("per_lane_gen"):
-        e = f"{e} / ({pq.name('pcie_link_width')} * {pq.name('pcie_link_gen')})"
-    return f"{e} {r.p('op', '>')} {pq.scaled(m, r.p('value', 0))}"
+        e = f"{e} / ({metric_name('pcie_link_width')} * {metric_name('pcie_link_gen')})"
+    return f"{e} {r.p('op', '>')} {scaled(m, r.p('value', 0))}"
 
 
 def promql_increase(r: RuleLike) -> str:

@@ -13,8 +13,8 @@ fleet), minute by minute, smoothed over `window`, only while the GPU is loaded (
 
 from __future__ import annotations
 
-from fleettool.engine.kinds import _promql as pq
 from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
+from fleettool.engine.kinds._promql import dur, metric_name, num, scaled
 from fleettool.engine.kinds._sql import run_obs_sql, src
 from fleettool.store import Store
 
@@ -80,13 +80,13 @@ def promql(r: RuleLike) -> str | None:
     the store's inventory, which /metrics does not carry."""
     if r.p("scope", "node") != "node" or r.p("below_fraction") is None:
         return None
-    x = pq.name(r.p("metric"))
-    sm = f"avg_over_time({x}[{pq.dur(float(r.p('window', 300)))}])"
+    x = metric_name(r.p("metric"))
+    sm = f"avg_over_time({x}[{dur(float(r.p('window', 300)))}])"
     frac = 1 - float(r.p("below_fraction"))
-    e = f"{sm} < on(hostname) group_left {pq.num(frac)} * quantile by (hostname) (0.5, {sm})"
+    e = f"{sm} < on(hostname) group_left {num(frac)} * quantile by (hostname) (0.5, {sm})"
     if r.p("when_metric"):
         wm = r.p("when_metric")
-        e = f"({e}) and on(hostname, gpu) {pq.name(wm)} >= {pq.scaled(wm, r.p('when_min', 0))}"
+        e = f"({e}) and on(hostname, gpu) {metric_name(wm)} >= {scaled(wm, r.p('when_min', 0))}"
     return e
 
 

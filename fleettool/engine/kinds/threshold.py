@@ -7,8 +7,8 @@ bitmask_any: 0x60            # or: op: ">", value: 85   or: op: ">", than_metric
 
 from __future__ import annotations
 
-from fleettool.engine.kinds import _promql as pq
 from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
+from fleettool.engine.kinds._promql import bits, metric_name, scaled
 from fleettool.engine.kinds._sql import cmp, run_obs_sql, src
 from fleettool.store import Store
 
@@ -41,16 +41,16 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
 
 def promql(r: RuleLike) -> str:
     m = r.p("metric")
-    x = pq.name(m)
+    x = metric_name(m)
     op = r.p("op", ">")
     if r.p("bitmask_any") is not None:
-        return pq.bits(x, int(r.p("bitmask_any")))
+        return bits(x, int(r.p("bitmask_any")))
     if r.p("than_metric"):
         off = float(r.p("value", 0))
-        other = pq.name(r.p("than_metric"))
-        rhs = other if off == 0 else f"({other} + {pq.scaled(m, off)})"
+        other = metric_name(r.p("than_metric"))
+        rhs = other if off == 0 else f"({other} + {scaled(m, off)})"
         return f"{x} {op} {rhs}"
-    return f"{x} {op} {pq.scaled(m, r.p('value', 0))}"
+    return f"{x} {op} {scaled(m, r.p('value', 0))}"
 
 
 KIND = Kind(

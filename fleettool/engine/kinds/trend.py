@@ -14,8 +14,8 @@ seconds until `capacity` is reached, and the finding turns critical when that is
 
 from __future__ import annotations
 
-from fleettool.engine.kinds import _promql as pq
 from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
+from fleettool.engine.kinds._promql import dur, metric_name, scaled
 from fleettool.engine.kinds._sql import run_obs_sql, src
 from fleettool.store import Store
 
@@ -52,9 +52,9 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
 
 def promql(r: RuleLike) -> str:
     m = r.p("metric")
-    x = pq.name(m)
-    w = pq.dur(float(r.p("window", 7 * 86400)))
-    return f"increase({x}[{w}]) >= {pq.scaled(m, r.p('min_increase', 3))} and deriv({x}[{w}]) > 0"
+    x = metric_name(m)
+    w = dur(float(r.p("window", 7 * 86400)))
+    return f"increase({x}[{w}]) >= {scaled(m, r.p('min_increase', 3))} and deriv({x}[{w}]) > 0"
 
 
 KIND = Kind(
