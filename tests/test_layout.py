@@ -36,8 +36,18 @@ class Module:
 def package_dirs() -> dict[str, Path]:
     """Package name -> its directory, from pyproject's [tool.setuptools] package-dir (default: the name's path)."""
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    mapping = cfg.get("package-dir", {})
-    return {pkg: ROOT / mapping.get(pkg, pkg.replace(".", "/")) for pkg in cfg["packages"]}
+    mapping: dict[str, str] = cfg.get("package-dir", {})
+
+    def where(pkg: str) -> Path:
+        # setuptools: the longest mapped prefix decides (fleettool.tui.screens -> tui/screens)
+        parts = pkg.split(".")
+        for i in range(len(parts), 0, -1):
+            head = ".".join(parts[:i])
+            if head in mapping:
+                return ROOT / mapping[head] / "/".join(parts[i:])
+        return ROOT / pkg.replace(".", "/")
+
+    return {pkg: where(pkg) for pkg in cfg["packages"]}
 
 
 def load_modules() -> dict[str, Module]:
