@@ -12,13 +12,13 @@ from pathlib import Path
 from fleettool.collectors.base import Collected
 from fleettool.collectors.registry import CollectorConfig
 from fleettool.model import Sample
-from tests.conftest import H200
+from tests.conftest import FIXTURES
 
 
 class GemmLoadCollector:
     id = "gemm-load"
 
-    def __init__(self, node: str, path: Path = H200 / "gemm-load.txt") -> None:
+    def __init__(self, node: str, path: Path = FIXTURES / "h200-gemm" / "gemm-load.txt") -> None:
         self.node, self.path = node, path
         self.lines: list[str] = []
         self._reason: str | None = None
