@@ -26,7 +26,7 @@ Floor = Callable[[str], tuple[float | None, str]]  # test -> (floor, where it co
 class BurninConfig:
     node: str
     backend: str = "cuda"  # cuda | cpu
-    tests: tuple[str, ...] = ("gemm", "hbm", "allreduce", "dcgm")
+    tests: tuple[str, ...] | None = None  # names of steps.STEPS to run; None: every one
     dtypes: tuple[str, ...] = ("bf16", "fp16", "tf32", "fp8")
     seconds: float = 30.0  # per GEMM dtype and for HBM
     gemm_n: int = 8192
@@ -40,11 +40,11 @@ class BurninConfig:
 
 
 def cpu_defaults(cfg: BurninConfig) -> BurninConfig:
-    """Small sizes for the CPU path (the test suite and a laptop)."""
+    """Small sizes for the CPU path (the test suite and a laptop); no DCGM. `cfg.tests` is resolved."""
     return BurninConfig(
         node=cfg.node,
         backend="cpu",
-        tests=tuple(t for t in cfg.tests if t != "dcgm"),
+        tests=tuple(t for t in cfg.tests or () if t != "dcgm"),
         dtypes=("fp32", "bf16"),
         seconds=min(cfg.seconds, 3.0),
         gemm_n=256,

@@ -1,18 +1,23 @@
 """Floors: the fleet's own baseline for the same SKU and driver when the store has enough of it, else a
 cited default per SKU.
 
-Defaults follow DCGM diag's convention of about 0.75 x the measured peak (DESIGN.md). The peaks are what this
-project measured on a lent H200 (driver 580.159.04; bench/README.md) and published figures:
+Defaults are 0.75 x the measured peak, fleettool's convention (docs/design.md, "Floors and thresholds").
+The peaks are what this project measured on a lent H200 (driver 580.159.04; bench/README.md) and published
+figures:
 - H200 SXM bf16/fp16 GEMM 8192^3 sustained at the 700 W cap: 656-660 TFLOP/s (bench/README.md) -> 495.
 - All-reduce, 8 GPUs, in place, >= 8 GiB: Azure's published 479.98 GB/s (ND H200 v5) and 478.87 (ND H100 v5);
-  DESIGN.md's fleet floor is 460 GB/s at 16 GiB for H100 (Azure); 0.75 x 480 = 360 as the hard floor.
+  Azure's health checks fail ND H100 v5 under 460 GB/s at 16 GiB (Azure/azurehpc-health-checks,
+  conf/nd96isr_h100_v5.conf); 0.75 x 480 = 360 as the hard floor.
 The measured figures from this project's own runs on the H200 (HBM copy, tf32, fp8) are filled in from
 bench/results/burnin-h200.json (see bench/README.md).
 """
 
 from __future__ import annotations
 
-from fleettool.store import Store
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fleettool.store import Store
 
 # (SKU substring, test) -> (floor, unit, source)
 DEFAULTS: dict[tuple[str, str], tuple[float, str, str]] = {

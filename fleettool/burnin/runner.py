@@ -8,13 +8,14 @@ is how the test suite exercises them without a GPU.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from fleettool.burnin.context import BurninConfig, Progress, StepContext, cpu_defaults
 from fleettool.burnin.report import BurninReport, save
-from fleettool.burnin.steps import STEPS
+from fleettool.burnin.steps import ALL_TESTS, STEPS
 from fleettool.burnin.verdict import Result, Verdict, apply_peers
 
 if TYPE_CHECKING:
@@ -35,8 +36,10 @@ def run_burnin(
     cfg: BurninConfig, store: Store | None = None, progress: Progress | None = None
 ) -> BurninReport:
     rep = BurninReport(uuid.uuid4().hex[:16], cfg.node, time.time())
+    cfg = dataclasses.replace(cfg, tests=ALL_TESTS if cfg.tests is None else cfg.tests)
     if cfg.backend == "cpu":
         cfg = cpu_defaults(cfg)
+    tests = cfg.tests or ()
     try:
         torch = _import_torch()
     except ImportError:
@@ -48,7 +51,7 @@ def run_burnin(
                 Verdict.INCONCLUSIVE,
                 reason="torch is not installed (pip install 'fleettool[burnin]')",
             )
-            for t in cfg.tests
+            for t in tests
             if t not in TORCHLESS
         ]
         rep.finished = time.time()
@@ -56,13 +59,13 @@ def run_burnin(
     if cfg.backend == "cuda" and (not torch.cuda.is_available() or torch.cuda.device_count() == 0):
         rep.results = [
             Result(cfg.node, None, t, Verdict.SKIPPED, reason="no GPU on this host (CUDA not available)")
-            for t in cfg.tests
+            for t in tests
         ]
         rep.finished = time.time()
         return rep
     devices, model, driver, nvml = _devices(torch, cfg)
     rep.devices = devices
-    steps = [s for s in STEPS if s.name in cfg.tests]
+    steps = [s for s in STEPS if s.name in tests]
     ctx = StepContext(
         cfg,
         torch,

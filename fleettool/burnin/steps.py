@@ -95,3 +95,4 @@ STEPS: tuple[Step, ...] = (
     Step("allreduce", run_allreduce),
     Step("dcgm", run_dcgm, needs_torch=False),
 )
+ALL_TESTS = tuple(s.name for s in STEPS)  # the --tests words, in the order the steps run

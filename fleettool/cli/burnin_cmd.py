@@ -11,11 +11,12 @@ from typing import Annotated, Any
 
 import typer
 
+from fleettool.burnin.steps import ALL_TESTS
 from fleettool.cli.common import DEFAULT_DB, die, hostname, need_tool, open_store, parse_duration
 from fleettool.cli.exit_codes import ExitCode
 
 BACKENDS = ("cuda", "cpu")
-TESTS = ("gemm", "hbm", "allreduce", "dcgm")
+TESTS = ALL_TESTS
 DTYPES = ("bf16", "fp16", "tf32", "fp8")
 AR_TOOLS = ("torch", "nccl-tests")
 
@@ -75,9 +76,7 @@ def register(app: typer.Typer) -> None:
         backend: Annotated[
             str, typer.Option(help="cuda, or cpu: the same code paths on the CPU at small sizes")
         ] = "cuda",
-        tests: Annotated[
-            str, typer.Option(help="comma list of gemm, hbm, allreduce, dcgm")
-        ] = "gemm,hbm,allreduce,dcgm",
+        tests: Annotated[str, typer.Option(help=f"comma list of {', '.join(TESTS)}")] = ",".join(TESTS),
         dtypes: Annotated[
             str, typer.Option(help="GEMM dtypes: bf16, fp16, tf32, fp8 (fp8 where the GPU has it)")
         ] = "bf16,fp16,tf32,fp8",
