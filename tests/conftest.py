@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
 FIXTURES = ROOT / "fixtures"
 SCENARIOS = FIXTURES / "scenarios"
-H200 = FIXTURES / "h200-gemm"
+H200 = ROOT / "fleettool" / "data" / "demo" / "h200-gemm"  # the H200 GEMM recording, as installed
 
 
 @pytest.fixture

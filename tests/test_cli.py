@@ -1,4 +1,4 @@
-"""CLI contracts: cheap start-up, documented commands, JSON fields of DESIGN.md, demo without GPU or server."""
+"""CLI contracts: cheap start-up, documented commands, JSON fields of docs/records.md, demo without GPU or server."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """A fleet location: a directory, or s3://bucket/prefix on any S3-compatible server (pyarrow's S3 client; the
 endpoint from FLEETTOOL_S3_ENDPOINT or AWS_ENDPOINT_URL, credentials from the usual AWS_* variables).
 
-DuckDB 2.x's wheel has no httpfs and PyPI's duckdb-extension-httpfs matches 1.5.x only (DESIGN.md), so object
-storage goes through pyarrow.fs, which ships in the pyarrow wheel fleettool already needs, for both writing
+DuckDB 2.x's wheel has no httpfs and PyPI's duckdb-extension-httpfs matches 1.5.x only (docs/design.md), so
+object storage goes through pyarrow.fs, which ships in the pyarrow wheel fleettool already needs, for both writing
 segments and scanning them (DuckDB scans the Arrow dataset with projection and filter pushdown)."""
 
 from __future__ import annotations
