@@ -38,7 +38,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--flush", type=float, default=30)  # the agent's default
     ap.add_argument("--db", type=Path, default=None)
-    ap.add_argument("--rules", action="store_true", help="evaluate the built-in rules after flushes, as the agent does")
+    ap.add_argument(
+        "--rules", action="store_true", help="evaluate the built-in rules after flushes, as the agent does"
+    )
     a = ap.parse_args()
     db = a.db or Path(tempfile.mkdtemp()) / "agent.duckdb"
 

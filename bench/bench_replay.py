@@ -21,9 +21,9 @@ import duckdb
 import pyarrow as pa
 
 from fleettool.formats.openmetrics import ExpositionParser, parse_stream
-from fleettool.recording.files import iter_blocks
 from fleettool.ingest.report import IngestOptions
 from fleettool.ingest.run import ingest
+from fleettool.recording.files import iter_blocks
 from fleettool.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,7 @@ DOC = (ROOT / "CONTRIBUTING.md").read_text()
 
 def blocks(name: str) -> tuple[str, str, str]:
     """(module name, the module's code, the registry line that follows it) of example `name`."""
-    m = re.search(rf"<!-- example: {name} -->\s*```python\n(.*?)```.*?```python\n(.*?)```", DOC, re.S)
+    m = re.search(rf"<!-- example: {name} -->\s*```python\n(.*?)```.*?```\w*\n(.*?)```", DOC, re.S)
     assert m, f"CONTRIBUTING.md has no example {name!r}"
     code, registry_line = m.group(1), m.group(2).strip()
     first = code.splitlines()[0]
