@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleettool.formats.kmsg_prefix import LINE_SHAPES
 from fleettool.formats.openmetrics import decide_millis
 from fleettool.recording.files import GZIP_MAGIC, HEAD, read_head
 
@@ -24,35 +25,7 @@ class Identity:
     why: str = ""
 
 
-_MONTH = r"(?:[^\W\d_]{3,9}\.?|\d{1,2}[月월])"
-_KSHAPES: list[tuple[str, re.Pattern[str]]] = [
-    ("dmesg", re.compile(r"^\s*\[\s*\d{1,12}\.\d{1,9}\]")),
-    (
-        "dmesg -T",
-        re.compile(r"^\s*\[\s*[^\W\d_]{2,4}\.?\s+[^\W\d_]{3,5}\.?\s+\d{1,2}\s+\d\d:\d\d:\d\d\s+\d{4}\s*\]"),
-    ),
-    (
-        "dmesg --time-format iso",
-        re.compile(
-            r"^(?:[a-z]+\s*:\s*[a-z]+\s*:\s*)?\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d+(?:Z|[+-]\d\d:?\d\d)\s"
-        ),
-    ),
-    ("dmesg --decode", re.compile(r"^[a-z]+\s*:\s*[a-z]+\s*:\s*\[")),
-    (
-        "journalctl short-precise",
-        re.compile(rf"^{_MONTH}\s+\d{{1,2}}\s+\d\d:\d\d:\d\d\.\d+\s+\S+\s+[^\s:]+:"),
-    ),
-    ("syslog / journalctl short", re.compile(rf"^{_MONTH}\s+\d{{1,2}}\s+\d\d:\d\d:\d\d\s+\S+\s+[^\s:]+:")),
-    (
-        "syslog / journalctl short-iso",
-        re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+\S+\s+[^\s:]+:"),
-    ),
-    ("Talos dmesg", re.compile(r"^\S+:\s+kern:\s*\w+:\s*\[")),
-    (
-        "kernel lines",
-        re.compile(r"^\s*(?:kernel:\s*)?(?:\[\s*\d+\.\d+\]\s*)?(?:NVRM:|nvidia-nvswitch\d*: SXid)"),
-    ),
-]
+_KSHAPES = LINE_SHAPES  # the kernel-log line shapes, named, from the parser that reads them
 _RE_KMSG_RAW = re.compile(r"^\d{1,3},\d+,\d+,[^;,]*(?:,[^;]*)?;")
 _RE_KMSG_CONT = re.compile(r"^ [A-Z_]+=")
 _RE_JOURNAL_SEP = re.compile(r"^-- .* --$")
