@@ -252,6 +252,9 @@ def test_scrape_without_timestamps_takes_mtime_then_at_then_name(tmp_path: Path)
 def test_bad_at_is_a_usage_error(tmp_path: Path) -> None:
     r = run_cli("replay", str(KMSG / "dmesg.txt"), "--db", str(tmp_path / "t.duckdb"), "--at", "yesterday")
     assert r.returncode == 2 and "not a time" in r.stderr and "Traceback" not in r.stderr
+    assert "--at" in r.stderr  # the error names the option
+    r = run_cli("replay", str(KMSG / "dmesg.txt"), "--db", str(tmp_path / "t.duckdb"), "--at", "2024-02-30")
+    assert r.returncode == 2 and "not a time" in r.stderr  # a day that does not exist is no time
 
 
 def test_nccl_text_without_time_takes_the_file_time_never_now(tmp_path: Path) -> None:

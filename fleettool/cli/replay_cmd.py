@@ -36,14 +36,14 @@ def parse_at(text: str) -> float:
             t = parse_iso(s)
         except ValueError:
             raise typer.BadParameter(
-                f"not a time: {text!r} (use e.g. 2026-12-02T14:40:00Z or unix seconds)"
+                f"not a time: {text!r} (use e.g. 2026-12-02T14:40:00Z or unix seconds)", param_hint="--at"
             ) from None
         return t
     if not math.isfinite(v) or v < 0:
-        raise typer.BadParameter(f"not a time: {text!r}")
+        raise typer.BadParameter(f"not a time: {text!r}", param_hint="--at")
     t = v / 1000.0 if v > 1e11 else v
     if t > 7258118400:
-        raise typer.BadParameter(f"not a time: {text!r} (after the year 2200)")
+        raise typer.BadParameter(f"not a time: {text!r} (after the year 2200)", param_hint="--at")
     return t
 
 
@@ -196,9 +196,11 @@ def _max_bytes(text: str | None) -> int | None:
     try:
         n = parse_size(text)
     except ValueError:
-        raise typer.BadParameter(f"not a size: {text!r} (use e.g. 512M, 2G)") from None
+        raise typer.BadParameter(
+            f"not a size: {text!r} (use e.g. 512M, 2G)", param_hint="--max-file-size"
+        ) from None
     if n <= 0:
-        raise typer.BadParameter(f"not a size: {text!r}")
+        raise typer.BadParameter(f"not a size: {text!r}", param_hint="--max-file-size")
     return n
 
 
