@@ -172,3 +172,19 @@ def test_demo_still_shows_its_alerts() -> None:
     r = run_cli("demo")
     assert r.returncode == 0, r.stderr
     assert "thermal" in r.stdout and "runbook: runbooks/" in r.stdout
+
+
+def test_a_replay_that_stores_nothing_leaves_no_database_behind(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.csv").write_text("a,b\n1,2\n")
+    db = tmp_path / "new.duckdb"
+    r = run_cli("replay", str(empty), "--db", str(db))
+    assert r.returncode == 3 and "nothing recognised" in r.stderr
+    assert not db.exists() and not (tmp_path / "new.duckdb.wal").exists()
+    # a database that was there before is the user's: it stays, with what it held
+    kept = tmp_path / "kept.duckdb"
+    assert run_cli("replay", str(SCENARIOS / "gpu-fell-off-bus"), "--db", str(kept), "-q").returncode == 0
+    assert run_cli("replay", str(empty), "--db", str(kept)).returncode == 3
+    out = run_cli("alerts", "--db", str(kept), "--json")
+    assert out.returncode == 0 and any(a["node"] == "gpu-21" for a in json.loads(out.stdout))

@@ -82,7 +82,6 @@ def _replay(
     from fleettool.engine.rules import RuleError, load_rules
     from fleettool.ingest.report import IngestOptions
     from fleettool.ingest.run import store_files
-    from fleettool.pipeline import replay
     from fleettool.recording.files import MAX_BYTES
     from fleettool.report import render_text, summarize
 
@@ -101,6 +100,33 @@ def _replay(
         exclude=store_files(db),
         max_bytes=max_bytes or MAX_BYTES,
     )
+    new_db = not db.exists()
+    try:
+        _replay_into(db, src, opts, rules, strict, as_json, render_text, summarize)
+    except typer.Exit as e:
+        if new_db and e.exit_code == int(ExitCode.BAD_INPUT) and _nothing_stored(db):
+            for leftover in (db, db.with_name(db.name + ".wal")):
+                leftover.unlink(
+                    missing_ok=True
+                )  # a replay that stored nothing leaves no empty database behind
+        raise
+
+
+def _nothing_stored(db: Path) -> bool:
+    from fleettool.store import Store
+
+    try:
+        with Store(db, read_only=True) as store:
+            return not any(store.counts().values())
+    except Exception:  # not ours to judge: leave it
+        return False
+
+
+def _replay_into(
+    db: Path, src: Path, opts: Any, rules: Any, strict: bool, as_json: bool, render_text: Any, summarize: Any
+) -> None:
+    from fleettool.pipeline import replay
+
     with open_store(db, read_only=False) as store:
         try:
             res = replay(store, src, opts, rules)
