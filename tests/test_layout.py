@@ -262,3 +262,41 @@ def test_the_core_imports_no_textual() -> None:
             if mod:
                 offenders.append(f"{m.path.relative_to(ROOT)}:{node.lineno}: {mod}")
     assert not offenders, "textual imported outside fleettool.tui: " + ", ".join(offenders)
+
+
+# Bottom to top. A package may import its own layer and the layers below, never one above (CONTRIBUTING.md).
+LAYERS: list[set[str]] = [
+    {
+        "fleettool",
+        "fleettool.units",
+        "fleettool.model",
+        "fleettool.metrics",
+        "fleettool.rules",
+        "fleettool.runbooks",
+    },
+    {"fleettool.formats"},
+    {"fleettool.sources", "fleettool.recording"},
+    {"fleettool.collectors"},
+    {"fleettool.store"},
+    {"fleettool.ingest", "fleettool.xid_catalog", "fleettool.fleet", "fleettool.stats", "fleettool.report"},
+    {"fleettool.engine"},
+    {"fleettool.pipeline", "fleettool.burnin", "fleettool.lifecycle", "fleettool.export", "fleettool.views"},
+    {"fleettool.agent"},
+    {"fleettool.cli", "fleettool.tui", "fleettool.__main__"},
+]
+
+
+def test_imports_point_down_the_layers() -> None:
+    mods = load_modules()
+    rank = {p: i for i, layer in enumerate(LAYERS) for p in layer}
+    pkgs = {package_of(n, set(mods)) for n in mods}
+    unplaced = sorted(pkgs - set(rank))
+    assert not unplaced, f"packages with no layer in tests/test_layout.py LAYERS: {unplaced}"
+    up = []
+    for n, m in mods.items():
+        a = package_of(n, pkgs)
+        for i in m.imports:
+            b = package_of(i, pkgs)
+            if rank[b] > rank[a]:
+                up.append(f"{_path_of(mods, n)} imports {i} (layer {rank[b]} above {rank[a]})")
+    assert not up, "imports that climb a layer: " + "; ".join(sorted(up))
