@@ -9,17 +9,12 @@ with what was kept, and exit 3 where nothing (or, with --strict, not everything)
 
 from __future__ import annotations
 
-import calendar
-import gzip
 import json
 import os
 import shutil
-import zlib
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from fleettool.ingest.readers import READERS
 from fleettool.ingest.report import IngestOptions
@@ -27,38 +22,9 @@ from fleettool.ingest.run import ingest
 from fleettool.recording.identify import identify_bytes, identify_why
 from fleettool.recording.times import time_from_name
 from fleettool.store import Store
-from tests.conftest import FIXTURES, SCENARIOS, run_cli
+from tests.conftest import FIXTURES, run_cli
+from tests.identify_helpers import KMSG, SAMPLES, events, replay_json, utc
 
-KMSG = FIXTURES / "formats" / "kmsg"
-SAMPLES = FIXTURES / "samples"
-
-
-def utc(y: int, mo: int, d: int, h: int, mi: int, s: float) -> float:
-    return calendar.timegm((y, mo, d, h, mi, 0, 0, 0, 0)) + s
-
-
-def iso(t: float) -> str:
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).isoformat()
-
-
-def replay_json(path: Path, db: Path, *args: str) -> dict:  # type: ignore[type-arg]
-    r = run_cli("replay", str(path), "--db", str(db), "--json", *args)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "Traceback" not in r.stderr
-    return json.loads(r.stdout)  # type: ignore[no-any-return]
-
-
-def events(db: Path) -> list[dict]:  # type: ignore[type-arg]
-    with Store(db, read_only=True) as s:
-        return s.query(
-            "SELECT epoch_us(ts) / 1e6 AS t, node, code, kind, detail::VARCHAR AS detail FROM events "
-            "WHERE kind = 'xid' ORDER BY code"
-        )
-
-
-# (fixture, arbitrary name, shape, node, XID 79 wall time or None for boot-relative, extra args)
 SHAPES = [
     ("dmesg.txt", "capture", "dmesg", "unknown", None, []),
     ("dmesg-T.txt", "x.json", "dmesg -T", "unknown", utc(2024, 8, 30, 11, 43, 9), []),
@@ -376,135 +342,3 @@ def test_a_reader_that_raises_is_caught_per_file(tmp_path: Path) -> None:
         READERS["nvidia-smi-text"] = saved  # type: ignore[assignment]
     assert reps[0].status == "failed" and "ValueError: value out of range" in (reps[0].skipped or "")
     assert reps[1].status == "read"
-
-
-def gz_cut(src: bytes, frac: float) -> bytes:
-    z = gzip.compress(src)
-    return z[: int(len(z) * frac)]
-
-
-def test_truncated_gzip_is_partial_with_what_it_kept(tmp_path: Path) -> None:
-    text = (KMSG / "kern.log-rfc3339").read_bytes() * 2000
-    f = tmp_path / "kern.log.gz"
-    f.write_bytes(gz_cut(text, 0.6))
-    out = replay_json(f, tmp_path / "t.duckdb")
-    (rep,) = out["files"]
-    assert rep["status"] == "partial" and rep["events"] > 0
-    assert rep["partial"][0].startswith("gzip stream cut short after")
-    r = run_cli("replay", str(f), "--db", str(tmp_path / "u.duckdb"), "--strict")
-    assert r.returncode == 3 and "gzip stream cut short" in r.stderr
-
-
-def test_openmetrics_without_eof_is_partial(tmp_path: Path) -> None:
-    body = gzip.decompress((SCENARIOS / "app-xid" / "dcgm-exporter.om.gz").read_bytes())
-    cut = body[: body.index(b"\n", len(body) // 2) + 1]
-    f = tmp_path / "scrape"
-    f.write_bytes(cut)
-    out = replay_json(f, tmp_path / "t.duckdb")
-    (rep,) = out["files"]
-    assert rep["status"] == "partial" and rep["rows"] > 1000
-    assert rep["partial"] == [
-        f"no '# EOF' (cut short?): kept {rep['rows']} samples up to the last whole line"
-    ]
-
-
-def test_truncated_nvidia_smi_xml_keeps_its_whole_gpus(tmp_path: Path) -> None:
-    xml = (SAMPLES / "h200-recording" / "nvidia-smi-q.xml").read_text()
-    start, end = xml.index("<gpu "), xml.index("</gpu>") + len("</gpu>")
-    gpu = xml[start:end]
-    two = xml[:end] + "\n" + gpu.replace("00000000:00:06.0", "00000000:00:07.0") + xml[end:]
-    f = tmp_path / "smi"
-    f.write_text(two[: two.rindex("<gpu ") + len(gpu) // 2])
-    out = replay_json(f, tmp_path / "t.duckdb", "--node", "h200")
-    (rep,) = out["files"]
-    assert rep["status"] == "partial" and rep["rows"] > 0
-    assert "XML cut short" in rep["partial"][0] and "kept 1 complete <gpu> sections" in rep["partial"][0]
-
-
-def test_nccl_table_cut_before_its_footer_is_partial(tmp_path: Path) -> None:
-    text = (SAMPLES / "nccl-tests" / "nccl-tests-2.19.6-h200x1.txt").read_text()
-    f = tmp_path / "job.out"
-    f.write_text(text[: text.index("# Out of bounds")])
-    out = replay_json(f, tmp_path / "t.duckdb")
-    (rep,) = out["files"]
-    assert rep["status"] == "partial" and rep["runs"] == 1
-    assert "cut before its footer" in rep["partial"][0]
-
-
-# -- hostile inputs: bounded reads --------------------------------------------------------------------------
-def test_gzip_bomb_is_refused_past_the_cap(tmp_path: Path) -> None:
-    line = b"[    1.000000] " + b"x" * 1000 + b"\n"
-    member = gzip.compress(line * (16 << 10), compresslevel=9)  # 16 MiB of dmesg lines in ~50 KiB
-    f = tmp_path / "kern.log.gz"
-    f.write_bytes(member * 8)  # 128 MiB decompressed from a few hundred KiB
-    r = run_cli("replay", str(f), "--db", str(tmp_path / "t.duckdb"), "--max-file-size", "64M", "--json")
-    assert r.returncode == 3 and "Traceback" not in r.stderr
-    assert (
-        f"fleettool: {f}: decompresses to more than 64 MiB (a gzip bomb?); refused, nothing stored"
-        in r.stderr
-    )
-    assert json.loads(r.stdout)["files"][0]["status"] == "failed"
-
-
-def test_xml_bomb_is_refused_without_expansion(tmp_path: Path) -> None:
-    lol = ['<!ENTITY l0 "lol">'] + [
-        f'<!ENTITY l{i} "{("&l" + str(i - 1) + ";") * 10}">' for i in range(1, 10)
-    ]
-    doc = f'<?xml version="1.0"?>\n<!DOCTYPE nvidia_smi_log [\n{"".join(lol)}\n]>\n<nvidia_smi_log><gpu id="0">&l9;</gpu></nvidia_smi_log>\n'
-    f = tmp_path / "smi.xml"
-    f.write_text(doc)
-    r = run_cli("replay", str(f), "--db", str(tmp_path / "t.duckdb"))
-    assert r.returncode == 3 and "Traceback" not in r.stderr
-    assert r.stderr == (
-        f"fleettool: {f}: XML declares entities (<!ENTITY>); nvidia-smi never does: refused, not expanded\n"
-    )
-
-
-def test_corrupt_gzip_is_named(tmp_path: Path) -> None:
-    z = bytearray(gzip.compress((KMSG / "kern.log-rfc3339").read_bytes() * 500))
-    z[len(z) // 2 : len(z) // 2 + 64] = b"\xff" * 64
-    f = tmp_path / "k.gz"
-    f.write_bytes(bytes(z))
-    out = replay_json(f, tmp_path / "t.duckdb")
-    assert out["files"][0]["status"] == "partial" and "corrupt gzip data" in out["files"][0]["partial"][0]
-
-
-# -- fuzz: whatever the bytes, each file is read or skipped with a reason ----------------------------------
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.one_of(
-            st.binary(max_size=300),
-            st.text(max_size=300).map(str.encode),
-            st.sampled_from(
-                [
-                    (KMSG / "dmesg.txt").read_bytes()[:200],
-                    b"# TYPE x gauge\nx 1\n",
-                    b'{"MESSAGE": "NVRM: Xid (PCI:0000:01:00): 79, x", "__REALTIME_TIMESTAMP": "9e99"}\n',
-                    b"6,1,99999999999999999999999,-;NVRM: Xid (PCI:0000:01:00): 79, x\n",
-                    b"[99999999999999999999999999.5] NVRM: Xid (PCI:0000:01:00): 79, x\n",
-                ]
-            ),
-        ),
-        min_size=1,
-        max_size=4,
-    ),
-    st.booleans(),
-)
-def test_fuzz_every_file_is_read_or_skipped_with_a_reason(
-    tmp_path_factory, blobs: list[bytes], gz: bool
-) -> None:  # type: ignore[no-untyped-def]
-    d = tmp_path_factory.mktemp("fuzz")
-    for i, b in enumerate(blobs):
-        (d / f"f{i}").write_bytes(zlib.compress(b) if gz and i == 0 else b)
-    with Store(":memory:") as s:
-        reps = ingest(s, d, IngestOptions(quiet=True))
-        ts = s.query("SELECT epoch_us(ts) / 1e6 AS t FROM events WHERE ts IS NOT NULL")
-    assert len(reps) == len(blobs)
-    for r in reps:
-        assert r.status in ("read", "partial", "skipped", "failed", "ignored")
-        if r.status in ("skipped", "failed", "ignored"):
-            assert r.skipped, r
-        if r.status == "partial":
-            assert r.partial
-    assert all(0 <= row["t"] < 7258118400 for row in ts)
