@@ -167,11 +167,21 @@ def test_screenshot(tmp_path: Path, snap_compare) -> None:  # type: ignore[no-un
     for sc in ("dbe-remap-pending", "thermal-throttle"):
         assert run_cli("replay", str(SCENARIOS / sc), "--db", str(db), "-q").returncode == 0
 
+    def widths_follow_rows(table) -> bool:  # type: ignore[no-untyped-def]
+        """DataTable measures new rows on its next idle; under load that can come after a fixed pause."""
+        if table.row_count != 2:
+            return False
+        cols = list(table.columns.values())
+        return all(
+            col.content_width >= max(len(str(table.get_row_at(r)[i])) for r in range(2))
+            for i, col in enumerate(cols)
+            if i in (2, 3, 4, 5)  # node, gpu, action, state: plain text, no markup
+        )
+
     async def settle(pilot) -> None:  # type: ignore[no-untyped-def]
-        await _settle(pilot, lambda: pilot.app.query_one("#alerts").row_count == 2)
-        # column widths follow the rows on a later refresh: let the layout settle before the picture
+        await _settle(pilot, lambda: widths_follow_rows(pilot.app.query_one("#alerts")))
         await pilot.wait_for_scheduled_animations()
-        await pilot.pause(0.5)
+        await pilot.pause(0.2)
 
     assert snap_compare(
         FleetTui(Source(db=db), refresh_s=600, clock=False), terminal_size=(140, 20), run_before=settle
