@@ -758,7 +758,7 @@ def main() -> None:  # noqa: C901, PLR0915 - one linear script
             "line": next((ln for ln in reversed(other) if "stopped after" in ln), None),
             "stderr_tail": other[-5:],
         }
-        m = re.search(r"(\d+) rows in (\d+) flushes, (\d+) failed", res["exit"]["line"] or "")
+        m = re.search(r"(\d+) rows in (\d+) flushes.*?(\d+) failed flushes", res["exit"]["line"] or "")
         if m:
             res["rows_flushed"], res["flushes"], res["flush_failures"] = map(int, m.groups())
         res["cpu_timeline_s"] = agent.timeline
