@@ -133,6 +133,14 @@ class KmsgCollector:
         out.gpus = [g for g, _ in batch.announced]
         return out
 
+    def wait_fd(self) -> int | None:
+        """A file descriptor that becomes readable when kernel lines arrive (the /dev/kmsg device), for the
+        agent to wake on at once: the source's own `wait_fd()`. Sources without one are read each tick (the
+        journal's pipe is drained by its own thread, a FIFO reads as readable at EOF when no writer is there,
+        a followed file always does)."""
+        get = getattr(self.source, "wait_fd", None)
+        return None if get is None else get()
+
     def close(self) -> None:
         if self.source is not None:
             with contextlib.suppress(OSError):

@@ -105,7 +105,8 @@ class NvmlCollector:
         due = []
         for tier, every in self.tier_s.items():
             last = self._last_tier.get(tier)
-            if last is None or now - last >= every - 1e-3:
+            # a wall clock stepped back makes every tier due once, rather than none until it catches up
+            if last is None or now - last >= every - 1e-3 or now < last:
                 due.append(tier)
                 self._last_tier[tier] = now
         return due

@@ -1,68 +1,36 @@
 """The agent's collection loop.
 
 Each tick: run every collector under its watchdog, add health samples, keep the latest value of each series
-for /metrics, and append rows to an in-memory buffer. Every `flush_s` the buffer goes to the store in one
-Arrow batch (the file is opened only for the flush, so readers can open it between flushes). A flush that
-cannot get the file (locked, disk full) keeps the buffer and tries again; past `max_buffer_rows` the oldest
-rows are dropped and counted. SIGTERM/SIGINT stop the loop after a final flush.
+for /metrics, and append rows to an in-memory buffer. The buffer goes to the store after the first tick and
+then every `flush_s` (agent/flush.py: the file is opened only for the flush, so readers can open it between
+flushes); a flush that cannot get the file (locked, disk full) keeps the buffer and tries again; past
+`max_buffer_rows` the oldest rows are dropped and counted. SIGTERM/SIGINT stop the loop after a final flush;
+rows it could not save are counted in `unsaved_rows`.
+
+Between ticks the loop waits on the kernel log device, so a kernel line is read when it arrives; an XID (or
+any event of URGENT_EVENT_KINDS, or a change of a metric an instant rule watches) flushes at once and is
+judged by the event rules there and then. Ticks are scheduled on monotonic time; periodic jobs (health,
+retention, export, the NVML tiers, the rules) are due again after a step back of the wall clock, and
+retention never counts from a clock that has run ahead of monotonic time.
 """
 
 from __future__ import annotations
 
 import contextlib
+import select
 import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
+from fleettool.agent.config import AgentConfig, AgentStats, Buffer
+from fleettool.agent.flush import URGENT_EVENT_KINDS, due, flush_buffer
 from fleettool.agent.watchdog import CollectorRunner
 from fleettool.collectors.base import Collected, Collector
 from fleettool.collectors.registry import ReportsAvailability
 from fleettool.engine.incremental import RuleScheduler
-from fleettool.model import Event, EventKind, GpuInfo, PodUse, Sample
-from fleettool.store import Store, StoreError
-
-
-@dataclass
-class AgentConfig:
-    db: Path | None
-    node: str
-    interval_s: float = 1.0
-    flush_s: float = 30.0
-    watchdog_s: float = 5.0
-    raw_keep_s: float = 7 * 86400.0
-    rollup_keep_s: float = 400 * 86400.0
-    retention_every_s: float = 3600.0
-    max_buffer_rows: int = 2_000_000
-    health_every_s: float = 10.0
-    duration_s: float | None = None
-    quiet: bool = False
-    export_to: str | None = None  # a fleet location: Parquet segments of every whole hour go there
-    export_every_s: float = 3600.0
-
-
-@dataclass
-class AgentStats:
-    ticks: int = 0
-    flushed_rows: int = 0
-    flushes: int = 0
-    flush_failures: int = 0
-    dropped_rows: int = 0
-    last_flush_error: str | None = None
-
-
-@dataclass
-class Buffer:
-    samples: list[Sample] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    gpus: dict[tuple[str, int | None, str | None], GpuInfo] = field(default_factory=dict)
-    pods: list[PodUse] = field(default_factory=list)
-
-    def rows(self) -> int:
-        return len(self.samples) + len(self.events)
+from fleettool.model import Event, EventKind, Sample
 
 
 class Agent:
@@ -73,6 +41,7 @@ class Agent:
         sink: Callable[[Collected], None] | None = None,
         clock: Callable[[], float] = time.time,
         scheduler: RuleScheduler | None = None,
+        mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cfg = cfg
         self.collectors = collectors
@@ -81,6 +50,16 @@ class Agent:
         self.scheduler = scheduler  # the rules, evaluated over the store after a flush when due
         self.open_alerts: list[dict[str, object]] = []  # firing alerts of this node, for /metrics
         self.clock = clock
+        self.mono = mono
+        # the wall clock as monotonic time says it should read: retention never runs ahead of it, so a clock
+        # stepped forward (30 days, then corrected) cannot roll up and delete the raw data
+        self._anchor = (clock(), mono())
+        self._event_wakers: list[str] = []
+        self._quiet_until_tick = False
+        self._urgent = (
+            False  # an event or an instant-rule metric changed: flush and judge now, not at the timer
+        )
+        self._watched = scheduler.instant_metrics() if scheduler is not None else frozenset()
         self.buf = Buffer()
         self.stats = AgentStats()
         self.latest: dict[tuple[str, int | None, str | None, str], float] = {}
@@ -131,23 +110,26 @@ class Agent:
         self.start()
         t_end = None if self.cfg.duration_s is None else time.monotonic() + self.cfg.duration_s
         next_tick = time.monotonic()
-        last_flush = time.monotonic()
+        last_flush = -1e18  # the first flush follows the first tick: readers see data from start-up
         try:
             while not self._stop.is_set():
                 self.tick()
-                if time.monotonic() - last_flush >= self.cfg.flush_s:
+                if time.monotonic() - last_flush >= self.cfg.flush_s or self._urgent:
                     self.flush()
                     last_flush = time.monotonic()
                 if t_end is not None and time.monotonic() >= t_end:
                     break
                 next_tick += self.cfg.interval_s
-                delay = next_tick - time.monotonic()
-                if delay < 0:  # fell behind (a slow flush): skip missed ticks rather than burst
+                if next_tick < time.monotonic():  # fell behind (a slow flush): skip missed ticks, no burst
                     next_tick = time.monotonic()
-                    delay = 0
-                self._stop.wait(delay)
+                while not self._stop.is_set() and self._wait_for_events(next_tick - time.monotonic()):
+                    self._collect_events()  # kernel lines arrived: read them now, between ticks
+                    if self._urgent:
+                        self.flush()
         finally:
-            self.flush(final=True)
+            ok = self.flush(final=True)
+            if not ok:
+                self.stats.unsaved_rows = self.buf.rows()
             for r in self.runners.values():
                 r.close()
             for c in self.collectors:
@@ -155,10 +137,56 @@ class Agent:
                     c.close()
         return self.stats
 
+    def _wait_fds(self) -> dict[int, str]:
+        """The collectors that can wake the loop (the /dev/kmsg device), by fd; none while one is hung."""
+        fds = {}
+        for cid, runner in self.runners.items():
+            get = getattr(runner.collector, "wait_fd", None)
+            if get is not None and not runner.hung_call and (fd := get()) is not None:
+                fds[fd] = cid
+        return fds
+
+    def _wait_for_events(self, delay: float) -> bool:
+        """Sleep `delay` seconds (until the next tick); True early when an event source has something to
+        read. A stop signal is seen within 0.25 s (select is retried after signals, PEP 475)."""
+        deadline = time.monotonic() + delay
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            fds = self._wait_fds() if not self._quiet_until_tick else {}
+            if not fds:
+                self._stop.wait(left)
+                return False
+            try:
+                ready, _, _ = select.select(list(fds), [], [], min(left, 0.25))
+            except (OSError, ValueError):  # the fd was closed under us (the collector reopening it)
+                self._quiet_until_tick = True
+                continue
+            if ready:
+                self._event_wakers = [fds[fd] for fd in ready]
+                return True
+        return False
+
+    def _collect_events(self) -> None:
+        """Run the collectors whose source woke the loop; one that brings nothing (a read error keeps the fd
+        readable) is not waited on again until the next tick, so the loop never spins."""
+        now = self.clock()
+        got = False
+        for cid in self._event_wakers:
+            res = self.runners[cid].run(now)
+            if res.status in ("ok", "recovered") and res.collected is not None:
+                got = got or bool(res.collected.events or res.collected.gpus or res.collected.samples)
+                self._add(res.collected)
+        self._event_wakers = []
+        if not got:
+            self._quiet_until_tick = True
+
     def tick(self) -> None:
         now = self.clock()
+        self._quiet_until_tick = False
         self.stats.ticks += 1
-        health_due = now - self._last_health >= self.cfg.health_every_s
+        health_due = due(now, self._last_health, self.cfg.health_every_s)
         for cid, runner in self.runners.items():
             res = runner.run(now)
             up, hung = 1.0, 0.0
@@ -227,11 +255,17 @@ class Agent:
         self._add(Collected(events=[Event(now, self.cfg.node, EventKind.AGENT.value, msg, source=source)]))
 
     def _add(self, c: Collected) -> None:
+        watched = self._watched
         for s in c.samples:
-            self.latest[(s.metric, s.gpu, s.uuid, s.sub)] = s.value
+            k = (s.metric, s.gpu, s.uuid, s.sub)
+            if s.metric in watched and self.latest.get(k, s.value) != s.value:
+                self._urgent = True  # a double-bit count or remap flag changed: its instant rule judges now
+            self.latest[k] = s.value
         for e in c.events:
             key = (e.kind, e.code)
             self.event_counts[key] = self.event_counts.get(key, 0) + 1
+            if e.kind in URGENT_EVENT_KINDS:
+                self._urgent = True
         if self.sink is not None:
             self.sink(c)
         if self.cfg.db is None:
@@ -249,67 +283,16 @@ class Agent:
 
     # -- store --------------------------------------------------------------------------------------------
     def flush(self, final: bool = False) -> bool:
-        if self.cfg.db is None or (not self.buf.rows() and not self.buf.gpus):
-            return True
-        now = self.clock()
-        try:
-            # the schema is created on the first flush only: a later open just checks its version
-            store = Store(self.cfg.db, wait_s=5.0 if final else 0.2, migrate=self.stats.flushes == 0)
-        except StoreError as e:
-            self._flush_failed(e)
-            return False
-        from fleettool.pipeline import Pipeline
+        """The buffer to the store, then the rules (the due ones; at once the event and instant rules when an
+        event came), export and retention. False when the buffer could not be written (it is kept)."""
+        urgent, self._urgent = self._urgent, False
+        ok = flush_buffer(self, final=final, urgent=urgent)
+        if not ok and urgent:
+            self._urgent = True  # still to be judged at once: the next tick tries again
+        return ok
 
-        pipe = Pipeline(store, scheduler=self.scheduler)
-        try:
-            buf = self.buf
-            c = Collected(samples=buf.samples, events=buf.events, gpus=list(buf.gpus.values()), pods=buf.pods)
-            n = pipe.write(c, now)
-            if self.scheduler is not None:
-                try:  # the pipeline rolls back a failed evaluation
-                    pipe.evaluate_due(now)
-                    self.open_alerts = pipe.firing_alerts(self.cfg.node)
-                except Exception as e:  # a broken rule must not stop collection
-                    self.log(
-                        f"rule evaluation failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
-                    )
-            if self.cfg.export_to and now - self._last_export >= self.cfg.export_every_s:
-                self._last_export = now
-                try:
-                    from fleettool.fleet.location import open_location
-                    from fleettool.fleet.segments import export
-
-                    export(store, open_location(self.cfg.export_to), self.cfg.node, now)
-                except Exception as e:  # the store keeps everything; the next export catches up
-                    self.log(
-                        f"export to {self.cfg.export_to} failed: {str(e).splitlines()[0] if str(e) else e!r}"
-                    )
-            if now - self._last_retention >= self.cfg.retention_every_s:
-                store.apply_retention(now, self.cfg.raw_keep_s, self.cfg.rollup_keep_s)
-                self._last_retention = now
-        except Exception as e:  # disk full, I/O error: keep the buffer, try again next time
-            with contextlib.suppress(Exception):
-                store.rollback()
-            store.close()
-            self._flush_failed(e)
-            return False
-        store.close()
-        self.stats.flushes += 1
-        self.stats.flushed_rows += n
-        self.buf = Buffer()
-        if self.stats.last_flush_error is not None:
-            self.log("store writable again")
-            self.stats.last_flush_error = None
-        return True
-
-    def _flush_failed(self, e: Exception) -> None:
-        self.stats.flush_failures += 1
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        if msg != self.stats.last_flush_error:
-            self.log(f"flush failed, keeping {self.buf.rows()} rows in memory: {msg}")
-            self.buf.events.append(
-                Event(
-                    self.clock(), self.cfg.node, EventKind.AGENT.value, f"flush failed: {msg}", source="agent"
-                )
-            )
-        self.stats.last_flush_error = msg
+    def retention_now(self) -> float:
+        """The time retention counts from: the wall clock, but never ahead of where monotonic time since
+        start-up puts it (a clock stepped forward must not make retention delete the raw data)."""
+        wall0, mono0 = self._anchor
+        return min(self.clock(), wall0 + (self.mono() - mono0))

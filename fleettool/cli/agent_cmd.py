@@ -139,7 +139,10 @@ def register(app: typer.Typer) -> None:
         metrics_port: Annotated[
             int | None, typer.Option(min=1, max=65535, help="serve Prometheus /metrics on this port")
         ] = None,
-        metrics_addr: Annotated[str, typer.Option(help="address for /metrics")] = "0.0.0.0",
+        metrics_addr: Annotated[
+            str,
+            typer.Option(help="address for /metrics (loopback unless given; 0.0.0.0 for every interface)"),
+        ] = "127.0.0.1",
         duration: Annotated[
             str | None, typer.Option(help="stop after this long (default: run until SIGTERM)")
         ] = None,
@@ -228,9 +231,15 @@ def register(app: typer.Typer) -> None:
         stats = ag.run()
         if not quiet:
             print(
-                f"fleettool agent: stopped after {stats.ticks} ticks; {stats.flushed_rows} rows in {stats.flushes} flushes, "
-                f"{stats.flush_failures} failed flushes, {stats.dropped_rows} rows dropped",
+                f"fleettool agent: stopped after {stats.ticks} ticks; {stats.flushed_rows} rows in {stats.flushes} flushes "
+                f"({stats.urgent_flushes} at once for events), {stats.flush_failures} failed flushes, "
+                f"{stats.dropped_rows} rows dropped (buffer full)",
                 file=sys.stderr,
+            )
+        if stats.unsaved_rows:
+            raise die(
+                f"{db}: {stats.unsaved_rows} rows could not be saved at exit: {stats.last_flush_error}",
+                ExitCode.STORE_LOCKED if "locked" in (stats.last_flush_error or "") else ExitCode.STORE_ERROR,
             )
 
     @app.command()

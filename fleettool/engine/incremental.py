@@ -1,8 +1,15 @@
 """Incremental evaluation in the agent: each rule re-evaluated over a trailing window when it is due.
 
-A rule's lookback covers what its state needs: its window, `for` and `keep_firing_for`, plus a margin. Fast
-rules run every minute; trend rules (week-long windows over hourly points) every hour. Alerts are upserted:
-an open alert of the same node, GPU and incident keeps its id and first_seen across evaluations.
+A rule's lookback covers what its state needs: its window, `for` and `keep_firing_for`, plus a margin. How often
+a rule runs follows how fast it can change its mind (`cadence`): half its window plus `for`, between 1 and 10
+minutes; trend rules (week-long windows over hourly points) every hour. Event rules and instant rules
+(thresholds without `for`: a double-bit error, a pending remap) also run at once when the agent flushes for an
+event (`run(..., urgent=True)`), which is what puts an XID on /metrics within a second. Each evaluation of a
+rule is one SQL query whose planning costs ~6 ms (measured on the dev box, 33 rules: 0.2 s a pass over a small
+store), so evaluating every rule every minute cost 0.33 % of a core; this cadence is ~0.1 %.
+
+Alerts are upserted: an open alert of the same node, GPU and incident keeps its id and first_seen across
+evaluations. A wall clock stepped back makes every rule due (it never waits for the clock to catch up).
 """
 
 from __future__ import annotations
@@ -22,7 +29,17 @@ def lookback(r: Rule) -> float:
 
 
 def cadence(r: Rule) -> float:
-    return 3600.0 if r.kind in ("trend", "nccl_localize") else 60.0
+    if r.kind in ("trend", "nccl_localize"):
+        return 3600.0
+    if r.kind == "event":
+        return 300.0  # judged at once on arrival (urgent); the timer only ages keep_firing_for out
+    window = float(r.p("window", 0) or 0)
+    return min(600.0, max(60.0, (window + r.for_s) / 2))
+
+
+def urgent(r: Rule) -> bool:
+    """Judged at once when an event arrives: event rules, and threshold rules that fire without `for`."""
+    return r.kind == "event" or (r.kind == "threshold" and r.for_s == 0)
 
 
 @dataclass
@@ -31,12 +48,22 @@ class RuleScheduler:
     last: dict[str, float] = field(default_factory=dict)
     evaluations: int = 0
 
-    def due(self, now: float) -> list[Rule]:
-        return [r for r in self.rules if now - self.last.get(r.alert, -1e18) >= cadence(r)]
+    def due(self, now: float, *, urgent_too: bool = False) -> list[Rule]:
+        out = []
+        for r in self.rules:
+            elapsed = now - self.last.get(r.alert, -1e18)
+            if elapsed >= cadence(r) or elapsed < 0 or (urgent_too and urgent(r)):
+                out.append(r)
+        return out
 
-    def run(self, store: Store, now: float) -> int:
-        """Evaluate the due rules over their lookback ending now; write the alerts. Returns alerts written."""
-        due = self.due(now)
+    def instant_metrics(self) -> frozenset[str]:
+        """The metrics of the instant rules: a change of one of them makes the agent flush and judge at once."""
+        return frozenset(str(r.p("metric")) for r in self.rules if urgent(r) and r.p("metric", None))
+
+    def run(self, store: Store, now: float, *, urgent: bool = False) -> int:
+        """Evaluate the due rules (and, `urgent`, the event and instant rules) over their lookback ending now;
+        write the alerts. Returns alerts written."""
+        due = self.due(now, urgent_too=urgent)
         if not due:
             return 0
         findings = []

@@ -114,6 +114,10 @@ class DevKmsgSource:
                 break
         return out
 
+    def wait_fd(self) -> int | None:
+        """The device's fd: select() says readable when a new record is there (the agent wakes on it)."""
+        return self.fd
+
     def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)

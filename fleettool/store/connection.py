@@ -80,6 +80,12 @@ class Connection:
         """The rows of a query as one Arrow table (what Parquet export writes)."""
         return self.con.sql(sql, params=list(params or [])).to_arrow_table()
 
+    def limit_resources(self, memory_limit: str, threads: int) -> None:
+        """Bound this process's DuckDB: its buffer memory (queries past it spill to the store's .tmp folder)
+        and its worker threads. The agent sets it for every flush (DaemonSet memory limit, a share of a core)."""
+        self.con.execute(f"SET memory_limit = '{memory_limit.replace(chr(39), '')}'")
+        self.con.execute("SET threads = ?", [int(threads)])
+
     def begin(self) -> None:
         self.con.execute("BEGIN TRANSACTION")
 

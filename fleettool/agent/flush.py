@@ -1,0 +1,141 @@
+"""The agent's flush: its buffer into the store in one transaction, then the rules, the fleet export and
+retention, each after the write has committed, so a failure of any of them never writes the batch twice.
+
+The file is opened for the flush only (readers open it between flushes). A flush that cannot get the file
+(locked, disk full) keeps the buffer for the next one. An urgent flush (an XID, a GPU fallen off the bus, a
+double-bit error count that moved) is made at once rather than on the timer, and judges the event rules and the
+instant rules (threshold rules without `for`) there and then, so the alert is in the store and on /metrics
+within a second of the kernel line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from fleettool.agent.config import AgentConfig, AgentStats, Buffer
+from fleettool.collectors.base import Collected
+from fleettool.model import Event, EventKind
+from fleettool.store import Store, StoreError
+
+if TYPE_CHECKING:
+    from fleettool.engine.incremental import RuleScheduler
+    from fleettool.pipeline import Pipeline
+
+
+class Agent(Protocol):
+    """What a flush reads and updates of the agent (fleettool.agent.loop.Agent)."""
+
+    cfg: AgentConfig
+    stats: AgentStats
+    buf: Buffer
+    scheduler: RuleScheduler | None
+    open_alerts: list[dict[str, object]]
+    clock: Callable[[], float]
+    _last_export: float
+    _last_retention: float
+
+    def log(self, msg: str) -> None: ...
+
+    def retention_now(self) -> float: ...
+
+
+# events judged the moment they arrive (the event rules' kinds)
+URGENT_EVENT_KINDS = frozenset(
+    k.value for k in (EventKind.XID, EventKind.SXID, EventKind.FELL_OFF_BUS, EventKind.GSP_TIMEOUT)
+)
+
+
+def due(now: float, last: float, every: float) -> bool:
+    """Whether a periodic job is due: `every` seconds since `last`, or the clock stepped back past `last`
+    (a step back of an hour must not hold the job for an hour)."""
+    elapsed = now - last
+    return elapsed >= every or elapsed < 0
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def flush_buffer(ag: Agent, *, final: bool = False, urgent: bool = False) -> bool:
+    cfg, stats = ag.cfg, ag.stats
+    if cfg.db is None or (not ag.buf.rows() and not ag.buf.gpus):
+        return True
+    now = ag.clock()
+    try:
+        # the schema is created on the first flush only: a later open just checks its version
+        store = Store(cfg.db, wait_s=5.0 if final else 0.2, migrate=stats.flushes == 0)
+        store.limit_resources(cfg.duckdb_memory, cfg.duckdb_threads)
+    except StoreError as e:
+        _flush_failed(ag, e)
+        return False
+    from fleettool.pipeline import Pipeline
+
+    pipe = Pipeline(store, scheduler=ag.scheduler)
+    try:
+        buf = ag.buf
+        c = Collected(samples=buf.samples, events=buf.events, gpus=list(buf.gpus.values()), pods=buf.pods)
+        n = pipe.write(c, now)
+        # a kernel line's time is boot time + its uptime, which can read a few ms past this clock: judge up to
+        # it (at most 5 s ahead), or the event would fall outside the window until the next timed evaluation
+        newest = max((e.ts for e in buf.events if e.ts is not None), default=now)
+        judged_at = min(max(now, newest), now + 5.0)
+    except Exception as e:  # disk full, I/O error: the transaction rolled back; keep the buffer
+        store.close()
+        _flush_failed(ag, e)
+        return False
+    # committed: from here on nothing may keep the buffer, or the next flush would write it twice
+    ag.buf = Buffer()
+    stats.flushes += 1
+    stats.flushed_rows += n
+    if urgent:
+        stats.urgent_flushes += 1
+    if stats.last_flush_error is not None:
+        ag.log("store writable again")
+        stats.last_flush_error = None
+    try:
+        _after_write(ag, pipe, store, judged_at, urgent)
+    finally:
+        store.close()
+    return True
+
+
+def _after_write(ag: Agent, pipe: Pipeline, store: Store, now: float, urgent: bool) -> None:
+    cfg = ag.cfg
+    if ag.scheduler is not None:
+        try:  # the pipeline rolls back a failed evaluation
+            pipe.evaluate_due(now, urgent=urgent)
+            ag.open_alerts = pipe.firing_alerts(cfg.node)
+        except Exception as e:  # a broken rule must not stop collection
+            ag.log(f"rule evaluation failed: {_first_line(e)}")
+    if cfg.export_to and due(now, ag._last_export, cfg.export_every_s):
+        ag._last_export = now
+        try:
+            from fleettool.fleet.location import open_location
+            from fleettool.fleet.segments import export
+
+            export(store, open_location(cfg.export_to), cfg.node, now)
+        except Exception as e:  # the store keeps everything; the next export catches up
+            ag.log(f"export to {cfg.export_to} failed: {_first_line(e)}")
+    if due(now, ag._last_retention, cfg.retention_every_s):
+        ag._last_retention = now
+        try:
+            store.apply_retention(ag.retention_now(), cfg.raw_keep_s, cfg.rollup_keep_s)
+        except Exception as e:  # rolled back; the data stays raw until the next try
+            ag.stats.retention_failures += 1
+            with contextlib.suppress(Exception):
+                store.rollback()
+            ag.log(f"retention failed (raw samples kept): {_first_line(e)}")
+
+
+def _flush_failed(ag: Agent, e: Exception) -> None:
+    stats = ag.stats
+    stats.flush_failures += 1
+    msg = _first_line(e)
+    if msg != stats.last_flush_error:
+        ag.log(f"flush failed, keeping {ag.buf.rows()} rows in memory: {msg}")
+        ag.buf.events.append(
+            Event(ag.clock(), ag.cfg.node, EventKind.AGENT.value, f"flush failed: {msg}", source="agent")
+        )
+    stats.last_flush_error = msg
