@@ -115,6 +115,12 @@ _DEFS = [
     MetricDef("agent_buffer_rows", "gauge", "rows", "Rows waiting to be flushed to the store"),
     MetricDef("agent_flush_failures_total", "counter", "failures", "Failed flushes to the store"),
     MetricDef("agent_dropped_rows_total", "counter", "rows", "Rows dropped because the buffer was full"),
+    MetricDef(
+        "agent_events_deduplicated_total",
+        "counter",
+        "events",
+        "XIDs dropped as reported by both NVML's event API and the kernel log",
+    ),
 ]
 
 METRICS: dict[str, MetricDef] = {d.name: d for d in _DEFS}

@@ -250,3 +250,33 @@ def test_sigterm_while_another_process_holds_the_database_names_the_rows_not_sav
     assert "rows could not be saved at exit" in last and "locked" in last
     n = int(last.split("a.duckdb: ")[1].split()[0])
     assert n > 0, last
+
+
+def test_an_xid_reported_by_nvml_and_the_kernel_log_is_stored_once(tmp_path: Path) -> None:
+    from fleettool.agent.dedup import XidDedup
+    from fleettool.collectors.base import Collected
+    from fleettool.model import Event
+
+    t = 1_800_000_000.0
+    pci = "0000:18:00"
+    nvml = Event(
+        t, NODE, "xid", "Xid 79 reported through NVML events", gpu=3, pci_bus_id=pci, code=79, source="nvml"
+    )
+    kern = Event(
+        t + 0.004, NODE, "xid", "GPU has fallen off the bus.", pci_bus_id=pci, code=79, source="kmsg:kmsg"
+    )
+    again = Event(
+        t + 60, NODE, "xid", "GPU has fallen off the bus.", pci_bus_id=pci, code=79, source="kmsg:kmsg"
+    )
+    other = Event(t + 0.005, NODE, "xid", "Xid 48", gpu=3, pci_bus_id=pci, code=48, source="kmsg:kmsg")
+    d = XidDedup()
+    assert [d.keep(e, t) for e in (nvml, kern, other, again)] == [True, False, True, True]
+    assert d.dropped == 1
+    cfg = AgentConfig(db=tmp_path / "a.duckdb", node=NODE, quiet=True)
+    ag = Agent(cfg, [], clock=lambda: t)
+    ag._add(Collected(events=[nvml]))
+    ag._add(Collected(events=[kern]))  # the kernel's line of the same XID, 4 ms later
+    assert ag.flush()
+    with Store(cfg.db, read_only=True) as st:  # type: ignore[arg-type]
+        assert st.rows("SELECT code, source FROM events") == [(79, "nvml")]
+    assert ag.event_counts == {("xid", 79): 1} and ag.dedup.dropped == 1

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 
 from fleettool.agent.config import AgentConfig, AgentStats, Buffer
+from fleettool.agent.dedup import XidDedup
 from fleettool.agent.flush import URGENT_EVENT_KINDS, due, flush_buffer
 from fleettool.agent.watchdog import CollectorRunner
 from fleettool.collectors.base import Collected, Collector
@@ -54,6 +55,7 @@ class Agent:
         # the wall clock as monotonic time says it should read: retention never runs ahead of it, so a clock
         # stepped forward (30 days, then corrected) cannot roll up and delete the raw data
         self._anchor = (clock(), mono())
+        self.dedup = XidDedup()  # an XID seen by NVML's event API and by the kernel log is stored once
         self._event_wakers: list[str] = []
         self._quiet_until_tick = False
         self._urgent = (
@@ -229,6 +231,9 @@ class Agent:
                         Sample(
                             now, n, None, None, "agent_dropped_rows_total", float(self.stats.dropped_rows)
                         ),
+                        Sample(
+                            now, n, None, None, "agent_events_deduplicated_total", float(self.dedup.dropped)
+                        ),
                     ]
                 )
             )
@@ -261,6 +266,9 @@ class Agent:
             if s.metric in watched and self.latest.get(k, s.value) != s.value:
                 self._urgent = True  # a double-bit count or remap flag changed: its instant rule judges now
             self.latest[k] = s.value
+        if c.events:
+            now = self.clock()
+            c.events = [e for e in c.events if self.dedup.keep(e, now)]
         for e in c.events:
             key = (e.kind, e.code)
             self.event_counts[key] = self.event_counts.get(key, 0) + 1
