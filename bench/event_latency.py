@@ -92,7 +92,8 @@ def main() -> None:
     cmd = [exe, "agent"] if exe else [sys.executable, "-m", "fleettool", "agent"]
     cmd += ["--db", str(db), "--source", "fake", "--gpus", str(a.gpus), "--kmsg", "auto"]
     cmd += ["--dcgm-exporter", "off", "--metrics-port", str(a.port), "--metrics-addr", "127.0.0.1"]
-    agent = subprocess.Popen(cmd, stderr=open(work / "agent.stderr", "w"))
+    errlog = (work / "agent.stderr").open("w")  # noqa: SIM115 - open for the agent's whole life
+    agent = subprocess.Popen(cmd, stderr=errlog)
     bare = BareReader()
     bare.start()
     probes = []
