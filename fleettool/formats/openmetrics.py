@@ -20,6 +20,7 @@ from fleettool.formats.openmetrics_lines import (
     Chunk,
     ExpositionParser,
     decide_millis,
+    parse_series,
     ts_message,
 )
 
@@ -36,10 +37,13 @@ __all__ = [
 ]
 
 # ---------------------------------------------------------------------------------------------------------
-# Vectorised path for whole files: the line ends, the last two spaces of each line and the "value timestamp"
-# tails are found with numpy over the raw bytes; only the series text goes through a Python dict lookup.
-# Lines that do not fit the common `series value timestamp` shape go through ExpositionParser.feed.
+# Vectorised path for whole files: the line ends and the last two spaces of each line are found with numpy over
+# the raw bytes; the series texts, values and timestamps become Arrow views into the same bytes, so the series
+# are told apart by Arrow's hash table and the numbers parsed by Arrow's cast, with no Python per line (only a
+# series never seen before costs a dict entry). Lines that do not fit the common `series value timestamp` shape
+# go through ExpositionParser.feed.
 
+_VIEW_MAX = 1 << 31
 _TAIL = 48  # the value and the timestamp of a line fit in this many bytes, or the line takes the slow path
 
 
@@ -47,13 +51,21 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
     """Parse a block of whole lines (bytes) into a Chunk, sharing the parser's series table and issues."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.csv as pacsv
 
     n = len(data)
     if n == 0:
         return Chunk([], [], [])
+    if n >= _VIEW_MAX:  # Arrow views address a buffer with 32-bit offsets: halve at a line end
+        cut = data.rfind(b"\n", 0, n // 2) + 1 or data.find(b"\n", n // 2) + 1
+        if 0 < cut < n:
+            left = parse_bytes(parser, data[:cut], first_lineno)
+            right = parse_bytes(parser, data[cut:], parser.lineno + 1)
+            return Chunk(*(np.concatenate((x, y)) for x, y in zip(_cols(left), _cols(right), strict=True)))
     buf = np.frombuffer(data, np.uint8)
-    nl = np.flatnonzero(buf == 10)
+    # one pass over the bytes: every byte <= '#' (newline, space, '#', and the rarer '"', '!', controls)
+    cand = np.flatnonzero(buf <= 35)
+    cb = buf[cand]
+    nl = cand[cb == 10]
     starts = np.concatenate(([0], nl + 1))
     ends = np.concatenate((nl, [n]))
     if ends[-1] == starts[-1]:  # trailing newline: no last line
@@ -67,7 +79,7 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
     nonempty = ends > starts
     firstc = np.where(nonempty, buf[np.minimum(starts, n - 1)], 35)
     # the last two spaces of each line, from the positions of every space in the block
-    spaces = np.flatnonzero(buf == 32)
+    spaces = cand[cb == 32]
     k = np.searchsorted(spaces, ends)
     have2 = k >= 2
     sp1 = np.where(have2, spaces[np.maximum(k - 1, 0)] if len(spaces) else 0, -1)
@@ -83,52 +95,27 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
         & (ends - sp2 <= _TAIL)
     )
     # a '#' inside a line means an OpenMetrics exemplar: leave those lines to the slow path
-    hashes = np.flatnonzero(buf == 35)
+    hashes = cand[cb == 35]
     if len(hashes):
         fast &= (np.searchsorted(hashes, ends) - np.searchsorted(hashes, starts)) == 0
     slow_idx = np.flatnonzero(~fast)
     fs = starts[fast]
     f2 = sp2[fast]
     sp1_fast = sp1[fast]
+    fe = ends[fast]
     fl = linenos[fast]
-    bids = parser.byte_ids
-    get = bids.get
-    sids = [get(data[a:c], -1) for a, c in zip(fs.tolist(), f2.tolist())]  # noqa: B905
-    missing = [i for i, v in enumerate(sids) if v < 0] if -1 in sids else []
-    for i in missing:
-        a, c = int(fs[i]), int(f2[i])
-        key = data[a:c]
-        sid = get(key, -1)
-        if sid < 0:
-            text = key.decode("utf-8", "replace")
-            found = parser.series_id(text)
-            if found is None:
-                found = parser.add_series(text, int(fl[i]))
-                if found is None:
-                    continue
-            sid = bids[key] = found
-        sids[i] = sid
-
-    # gather "value timestamp\n" tails into one buffer and let Arrow's CSV reader parse the numbers
-    tl_start = f2 + 1
-    tl_len = ends[fast] - tl_start + 1
-    total = int(tl_len.sum())
-    if total:
-        off = np.concatenate(([0], np.cumsum(tl_len)[:-1]))
-        idx = np.repeat(tl_start - off, tl_len) + np.arange(total)
-        tails = buf[np.minimum(idx, n - 1)].copy()
-        tails[np.cumsum(tl_len) - 1] = 10
-        table = pacsv.read_csv(
-            pa.py_buffer(tails.tobytes()),
-            read_options=pacsv.ReadOptions(column_names=["v", "t"], use_threads=True),
-            parse_options=pacsv.ParseOptions(delimiter=" ", quote_char=False, escape_char=False),
-            convert_options=pacsv.ConvertOptions(
-                column_types={"v": pa.string(), "t": pa.string()}, strings_can_be_null=False
-            ),
-        )
-        vals = _to_floats(table.column("v"))
-        tss = _to_floats(table.column("t"))
+    if len(fs):
+        # Arrow binary views over the block's own bytes (no copy): the series text, the value, the timestamp
+        pad = np.zeros(n + 16, np.uint8)
+        pad[:n] = buf
+        win = np.ndarray((n + 13,), dtype="<u4", buffer=pad, strides=(1,))  # 4 bytes from every offset
+        block = pa.py_buffer(data)
+        series = _views(block, win, fs, f2 - fs)
+        sid_arr = _series_ids(parser, data, series, fs, f2, fl)
+        vals = _to_floats(_views(block, win, f2 + 1, sp1_fast - f2 - 1))
+        tss = _to_floats(_views(block, win, sp1_fast + 1, fe - sp1_fast - 1))
     else:
+        sid_arr = np.zeros(0, np.int64)
         vals = np.zeros(0)
         tss = np.zeros(0)
 
@@ -141,7 +128,6 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
             millis = parser.millis = bool(ms[first[0]])
     if millis:
         tss = tss / 1000.0
-    sid_arr = np.asarray(sids, dtype=np.int64)
     good = sid_arr >= 0
     with np.errstate(invalid="ignore"):
         bad_ts = ~((tss >= TS_MIN) & (tss <= TS_MAX))  # out of range, NaN, or not a number
@@ -151,7 +137,6 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
         if data[a + 1 : c].strip().lower() != b"nan":
             bad_vals[i] = True
     if bad_vals.any() or bad_ts.any():
-        fe = ends[fast]
         for i in np.flatnonzero((bad_vals | bad_ts) & good).tolist():
             if bad_ts[i]:
                 text = data[int(sp1_fast[i]) + 1 : int(fe[i])].decode("utf-8", "replace").strip()
@@ -181,27 +166,109 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
     return out
 
 
+def _cols(c: Chunk) -> tuple[Any, Any, Any]:
+    import numpy as np
+
+    return (
+        np.asarray(c.sid, dtype=np.int64),
+        np.asarray(c.ts, dtype=np.float64),
+        np.asarray(c.value, dtype=np.float64),
+    )
+
+
+def _views(block: Any, win: Any, a: Any, ln: Any) -> Any:
+    """A binary_view array of the byte ranges [a, a + ln) of `block`, without copying them: Arrow's view
+    layout is the length, then the bytes inline when they fit in 12 (zero-padded), else a 4-byte prefix, the
+    buffer index and the offset. `win[i]` is the 4 bytes from offset i of the zero-padded block (little-endian,
+    as Arrow's buffers are)."""
+    import numpy as np
+    import pyarrow as pa
+
+    m = len(a)
+    ln = ln.astype(np.int32)
+    v = np.empty((m, 4), np.int32)
+    v[:, 0] = ln
+    w = v.view("<u4")
+    w[:, 1] = win[a]  # the prefix, or the first 4 inline bytes
+    short = ln <= 12
+    long = ~short
+    v[long, 2] = 0
+    v[long, 3] = a[long]
+    if short.any():
+        sa, sl = a[short], ln[short].astype(np.int64)
+        for k in (0, 1, 2):  # inline bytes past the length are zero
+            keep = np.clip(sl - 4 * k, 0, 4) * 8
+            mask = ((np.int64(1) << keep) - 1).astype("<u4")
+            w[short, k + 1] = (win[sa + 4 * k] if k else w[short, 1]) & mask
+    return pa.Array.from_buffers(pa.binary_view(), m, [None, pa.py_buffer(v), block])
+
+
+def _series_ids(parser: ExpositionParser, data: bytes, series: Any, fs: Any, f2: Any, fl: Any) -> Any:
+    """The parser's series id of each fast line (-1 for a malformed series, reported at its line).
+
+    The block's distinct series texts come from Arrow's hash table (dictionary_encode); only a text not seen
+    before costs Python: new series are added, and malformed ones reported on each of their lines, in line
+    order (series ids are given in order of first appearance, as the line-by-line parser gives them)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(series)
+    idx = enc.indices.to_numpy()
+    keys = enc.dictionary.to_pylist()
+    bids = parser.byte_ids
+    lut = np.array([bids.get(k, -1) for k in keys], dtype=np.int64)
+    missing = np.flatnonzero(lut < 0)
+    if len(missing):
+        uniq, first = np.unique(idx, return_index=True)
+        first_of = dict(zip(uniq.tolist(), first.tolist()))  # noqa: B905
+        todo: list[tuple[int, int, str, str | None]] = []  # (line index, entry, text, why malformed)
+        bad: list[int] = []
+        for j in missing.tolist():
+            text = keys[j].decode("utf-8", "replace")
+            found = parser.series_id(text)
+            if found is not None:
+                lut[j] = bids[keys[j]] = found
+                continue
+            try:
+                parse_series(text)
+            except ValueError as e:
+                bad.append(j)
+                todo.extend((int(i), j, text, str(e)) for i in np.flatnonzero(idx == j).tolist())
+                continue
+            todo.append((first_of[j], j, text, None))
+        for i, j, text, why in sorted(todo):
+            if why is not None:
+                parser.report(int(fl[i]), why)
+                continue
+            sid = parser.add_series(text, int(fl[i]))
+            if sid is not None:
+                lut[j] = bids[keys[j]] = sid
+        lut[bad] = -1
+    return lut[idx]
+
+
 BLOCK = 4 << 20  # numpy passes over 4 MiB blocks stay in cache: ~4x faster than over a whole 150 MB file
 
 
 def parse_stream(parser: ExpositionParser, blocks: Iterable[bytes]) -> Iterator[Chunk]:
-    """Parse an iterable of byte blocks (any split) as one file, yielding a Chunk per ~4 MiB of whole lines."""
-    buf = bytearray()
+    """Parse an iterable of byte blocks (any split) as one file, yielding a Chunk per ~BLOCK bytes of whole
+    lines: memory stays bounded by the block, whatever the length of the file."""
+    parts: list[bytes] = []
+    size = 0
     lineno = 1
     for block in blocks:
-        buf += block
-        while len(buf) >= BLOCK:
-            cut = buf.rfind(b"\n", 0, BLOCK) + 1
-            if cut == 0:
-                cut = buf.find(b"\n") + 1
-                if cut == 0:
-                    break
-            whole = bytes(buf[:cut])
-            del buf[:cut]
-            yield parse_bytes(parser, whole, lineno)
-            lineno += whole.count(b"\n")
-    if buf:
-        yield parse_bytes(parser, bytes(buf), lineno)
+        parts.append(block)
+        size += len(block)
+        if size < BLOCK or b"\n" not in block:  # a line longer than BLOCK: gather until it ends
+            continue
+        data = b"".join(parts)
+        cut = data.rfind(b"\n") + 1
+        rest = data[cut:]
+        yield parse_bytes(parser, data[:cut] if rest else data, lineno)
+        lineno = parser.lineno + 1
+        parts, size = ([rest], len(rest)) if rest else ([], 0)
+    if parts:
+        yield parse_bytes(parser, b"".join(parts), lineno)
     parser.finish()
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import duckdb
 
+from fleettool.store.bulk import BulkWrites
 from fleettool.store.connection import _classify, connect
 from fleettool.store.errors import NotFleettool, StoreCorrupt, StoreError, precheck
 from fleettool.store.schema import CORE_TABLES, DDL, FORMAT, FORMAT_KEY, KNOWN_TABLES, SCHEMA_VERSION
@@ -16,7 +17,7 @@ from fleettool.store.telemetry import TelemetryWrites
 __all__ = ["Store"]
 
 
-class Store(TelemetryWrites):
+class Store(TelemetryWrites, BulkWrites):
     """One DuckDB file (or ':memory:'). Use as a context manager; writes are batched Arrow inserts."""
 
     def __init__(

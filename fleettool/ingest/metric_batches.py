@@ -1,0 +1,140 @@
+"""Parser chunks -> Arrow record batches in the samples layout, for the streaming insert of a recording.
+
+The mapping is the collectors' (collectors.series.MetricsIngest: one map per distinct series, the gpu-label
+issues, the GPU inventory, pod attribution, DCGM's not-supported sentinels dropped); what differs is the rows:
+node, uuid, metric and sub are dictionary-encoded over the per-series values (a row costs a 4-byte index, not a
+copy of its strings), so a batch is ~22 bytes a row whatever the label set, and DuckDB reads the dictionaries
+as its own. `MetricsIngest.table` gives the same rows with plain strings (a test holds the two equal).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import queue
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
+
+import numpy as np
+import pyarrow as pa
+
+from fleettool.collectors.series import MetricsIngest
+from fleettool.formats.openmetrics import Chunk
+from fleettool.metrics import DCGM_FP64_BLANK, DCGM_INT32_BLANK
+
+T = TypeVar("T")
+_DICT = pa.dictionary(pa.int32(), pa.string())
+SAMPLE_BATCH_SCHEMA = pa.schema(
+    [
+        ("ts", pa.timestamp("us")),
+        ("node", _DICT),
+        ("gpu", pa.int16()),
+        ("uuid", _DICT),
+        ("metric", _DICT),
+        ("sub", _DICT),
+        ("value", pa.float64()),
+    ]
+)
+
+
+class BatchIngest(MetricsIngest):
+    """MetricsIngest whose rows come out as dictionary-encoded record batches (SAMPLE_BATCH_SCHEMA)."""
+
+    def __init__(self, parser: Any, default_node: str) -> None:
+        super().__init__(parser, default_node)
+        self._seen = -1  # how many series the per-series arrays below cover
+        self._cols: dict[str, Any] = {}
+
+    def _series_arrays(self) -> dict[str, Any]:
+        self._extend()  # new series mapped (and their gpu-label issues reported) as MetricsIngest maps them
+        sm = self.map
+        if self._seen != len(sm.keep):
+            self._seen = len(sm.keep)
+            self._cols = {
+                "keep": np.asarray(sm.keep, dtype=bool),
+                "scale": np.asarray(sm.scale, dtype=np.float64),
+                "int32": np.asarray(sm.int32, dtype=bool),
+                "gpu": np.asarray([-1 if g is None else g for g in sm.gpu], dtype=np.int16),
+                "no_gpu": np.asarray([g is None for g in sm.gpu], dtype=bool),
+                "node": pa.array(sm.node, pa.string()),
+                "uuid": pa.array(sm.uuid, pa.string()),
+                "metric": pa.array(sm.metric, pa.string()),
+                "sub": pa.array(sm.sub, pa.string()),
+            }
+        return self._cols
+
+    def batch(self, chunk: Chunk) -> pa.RecordBatch:
+        """The chunk's rows that map to a metric, in the chunk's order."""
+        c = self._series_arrays()
+        sid = np.asarray(chunk.sid, dtype=np.int64)
+        val = np.asarray(chunk.value, dtype=np.float64)
+        ts = np.asarray(chunk.ts, dtype=np.float64)
+        if len(sid) == 0:
+            return _empty()
+        keep = c["keep"][sid]
+        int32 = c["int32"][sid]
+        blank = val >= DCGM_FP64_BLANK
+        blank |= int32 & (val >= DCGM_INT32_BLANK) & (val <= DCGM_INT32_BLANK + 15)
+        keep &= ~blank & ~np.isnan(val) & np.isfinite(ts)  # the parser checks timestamps: a backstop
+        s = sid[keep]
+        idx = pa.array(s.astype(np.int32))
+        us = np.round(ts[keep] * 1e6).astype(np.int64)
+        return pa.record_batch(
+            [
+                pa.array(us, type=pa.timestamp("us")),
+                pa.DictionaryArray.from_arrays(idx, c["node"]),
+                pa.array(c["gpu"][s], type=pa.int16(), mask=c["no_gpu"][s]),
+                pa.DictionaryArray.from_arrays(idx, c["uuid"]),
+                pa.DictionaryArray.from_arrays(idx, c["metric"]),
+                pa.DictionaryArray.from_arrays(idx, c["sub"]),
+                pa.array(val[keep] * c["scale"][s]),
+            ],
+            schema=SAMPLE_BATCH_SCHEMA,
+        )
+
+
+def _empty() -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([], schema=SAMPLE_BATCH_SCHEMA)
+
+
+def prefetched(items: Iterable[T], depth: int = 2) -> Iterator[T]:
+    """`items`, produced ahead in a thread of their own (in the caller's context: recording.files' read bounds
+    and notes hold there), at most `depth` ahead. The store inserts one batch while the next is parsed: the
+    parser holds the GIL, DuckDB's insert does not. An exception of the producer is raised here, in order."""
+    q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: tuple[bool, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for it in items:
+                if not put((True, it)):
+                    return
+        except BaseException as e:  # noqa: B036 - handed to the consumer, raised there
+            put((False, e))
+            return
+        put((False, None))
+
+    ctx = contextvars.copy_context()
+    th = threading.Thread(target=ctx.run, args=(produce,), name="fleettool-parse", daemon=True)
+    th.start()
+    try:
+        while True:
+            ok, it = q.get()
+            if ok:
+                yield it
+            elif it is None:
+                return
+            else:
+                raise it
+    finally:
+        stop.set()
+        th.join()
