@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class SourceError(Exception):
@@ -120,6 +120,25 @@ class XidNotice:
     index: int
     code: int
     ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A process holding a context on a GPU, as NVML's running-process lists name it
+    (nvmlDeviceGetComputeRunningProcesses / nvmlDeviceGetGraphicsRunningProcesses: pid, usedGpuMemory).
+    `kind` is nvidia-smi's letter: C (compute), G (graphics) or C+G. The PID is in NVML's PID namespace (the
+    host's), which inside a container is not the container's own."""
+
+    pid: int
+    kind: str
+    used_memory_bytes: int | None = None
+
+
+@runtime_checkable
+class ProcessLister(Protocol):
+    """A GPU source that can say which processes hold a context on a GPU (the burn-in's busy check)."""
+
+    def running_processes(self, index: int, now: float) -> list[GpuProcess]: ...
 
 
 class GpuSource(Protocol):

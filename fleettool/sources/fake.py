@@ -19,6 +19,7 @@ from fleettool.sources.base import (
     READS,
     DeviceInfo,
     GpuLost,
+    GpuProcess,
     NotSupported,
     Row,
     SourceError,
@@ -75,7 +76,9 @@ KINDS = {
     "missing-gpu": "the node sees one GPU fewer",
     "hang": "a read never returns (read=NAME, default energy)",
     "error": "a read fails with an NVML error (read=NAME, default power)",
+    "busy": "another process holds a compute context on the GPU (busy:PID), as NVML's process list shows",
 }
+BUSY_MEMORY_BYTES = 512 << 20  # what the fake reports a busy:PID process to hold
 
 
 def parse_injection(spec: str) -> Injection:
@@ -99,8 +102,8 @@ def parse_injection(spec: str) -> Injection:
             inj.read = v
         else:
             raise ValueError(f"unknown option {k!r} in {spec!r} (gpu=, after=, read=)")
-    if kind == "xid" and inj.code is None:
-        raise ValueError("xid needs a code: xid:79")
+    if kind in ("xid", "busy") and inj.code is None:
+        raise ValueError("xid needs a code: xid:79" if kind == "xid" else "busy needs a PID: busy:4242")
     return inj
 
 
@@ -270,6 +273,11 @@ class FakeSource:
                 vals[("nvlink_link_up", "link=0")] = 1.0
                 vals[("nvlink_crc_flit_errors_total", "link=0")] = float(int(500 * t))
         return [(m, s, v) for (m, s), v in vals.items()]
+
+    def running_processes(self, index: int, now: float) -> list[GpuProcess]:
+        """The busy:PID injections active on this GPU, as NVML's running-process lists would show them."""
+        pids = {j.code for j in self._active(now, index) if j.kind == "busy" and j.code is not None}
+        return [GpuProcess(pid, "C", BUSY_MEMORY_BYTES) for pid in sorted(pids)]
 
     def poll_xids(self, now: float) -> list[XidNotice]:
         out: list[XidNotice] = []

@@ -14,6 +14,7 @@ from typing import Any
 from fleettool.sources.base import (
     DeviceInfo,
     GpuLost,
+    GpuProcess,
     NotSupported,
     Row,
     SourceError,
@@ -321,6 +322,17 @@ class NvmlSource:
         if not rows:
             raise NotSupported(f"limits(gpu {i}): none supported")
         return rows
+
+    # -- processes ----------------------------------------------------------------------------------------
+    def running_processes(self, index: int, now: float) -> list[GpuProcess]:
+        """Processes with a compute (C) or graphics (G) context on the GPU, one per PID, with NVML's memory."""
+        h, kinds, mem = self._h(index), dict[int, str](), dict[int, int | None]()
+        for letter, kind in (("C", "Compute"), ("G", "Graphics")):
+            for p in self._c(index, f"nvmlDeviceGet{kind}RunningProcesses", h):
+                pid, used = int(p.pid), getattr(p, "usedGpuMemory", None)
+                kinds[pid] = kinds[pid] + "+" + letter if pid in kinds else letter
+                mem[pid] = max(mem.get(pid) or 0, int(used)) if used is not None else mem.get(pid)
+        return [GpuProcess(pid, kinds[pid], mem[pid]) for pid in sorted(kinds)]
 
     # -- events -------------------------------------------------------------------------------------------
     def poll_xids(self, now: float) -> list[XidNotice]:
