@@ -44,10 +44,15 @@ def test_cpu_backend_end_to_end(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     rep = json.loads(r.stdout)
     tests = {x["test"]: x for x in rep["results"]}
-    assert set(tests) == {"gemm-fp32", "gemm-bf16", "hbm", "allreduce-2"}
+    assert set(tests) == {"gemm-fp32", "gemm-bf16", "hbm", "allreduce-2", "dcgm-diag", "exclusive"}
     g = tests["gemm-fp32"]
     assert g["figure"] > 0 and g["unit"] == "TFLOP/s" and g["evidence"]["sdc_checks"] > 0
-    assert g["evidence"]["sdc_mismatches"] == 0
+    assert g["evidence"]["sdc_mismatches"] == 0 and g["evidence"]["tf32"] is False
+    # what does not apply on the CPU is a row that says so, not a test that silently disappears
+    assert tests["dcgm-diag"]["verdict"] == "SKIPPED" and "cpu backend" in tests["dcgm-diag"]["reason"]
+    ex = tests["exclusive"]
+    assert ex["verdict"] == "SKIPPED" and ex["reason"].endswith("no NVML on the CPU backend")
+    assert rep["busy"]["checked"] is False and rep["busy"]["why_not"] == "no NVML on the CPU backend"
     ar = tests["allreduce-2"]
     rows = ar["evidence"]["rows"]
     assert ar["evidence"]["world"] == 2 and len(rows) >= 5 and all(x["wrong"] == 0 for x in rows)
@@ -59,7 +64,7 @@ def test_cpu_backend_end_to_end(tmp_path: Path) -> None:
     from fleettool.store import Store
 
     with Store(db, read_only=True) as st:
-        assert st.scalar("SELECT count(*) FROM burnin_results WHERE run_id = ?", [rep["run_id"]]) == 4
+        assert st.scalar("SELECT count(*) FROM burnin_results WHERE run_id = ?", [rep["run_id"]]) == 6
 
 
 def test_no_gpu_is_skipped_and_never_passes() -> None:

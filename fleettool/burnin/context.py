@@ -6,13 +6,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fleettool.burnin.floors import floor_for
+from fleettool.burnin.busy import BusyCheck
+from fleettool.burnin.floors import Provenance, floor_with_provenance
 from fleettool.burnin.report import BurninReport
 from fleettool.burnin.telemetry import TelemetryWatcher, Watch
-from fleettool.burnin.verdict import Result
+from fleettool.burnin.verdict import Result, apply_provisional
 
 if TYPE_CHECKING:
     from fleettool.sources.base import GpuSource
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 
 Progress = Callable[[str, float], None]  # message, fraction done
 Floor = Callable[[str], tuple[float | None, str]]  # test -> (floor, where it comes from)
+CUDA_DTYPES = ("bf16", "fp16", "tf32", "fp8")  # the GEMM dtypes when --dtypes is not given, per backend
+CPU_DTYPES = ("fp32", "bf16")
 
 
 @dataclass
@@ -27,7 +30,7 @@ class BurninConfig:
     node: str
     backend: str = "cuda"  # cuda | cpu
     tests: tuple[str, ...] | None = None  # names of steps.STEPS to run; None: every one
-    dtypes: tuple[str, ...] = ("bf16", "fp16", "tf32", "fp8")
+    dtypes: tuple[str, ...] | None = None  # GEMM dtypes; None: the backend's (CUDA_DTYPES, CPU_DTYPES)
     seconds: float = 30.0  # per GEMM dtype and for HBM
     gemm_n: int = 8192
     hbm_bytes: int = 4 << 30
@@ -37,15 +40,18 @@ class BurninConfig:
     ar_procs: int | None = None  # default: every GPU (cuda) or 2 (cpu)
     ar_tool: str = "torch"  # torch, or nccl-tests (all_reduce_perf on PATH), parsed by the nccl-tests reader
     dcgm_level: int = 1
+    cpu_devices: int = 1  # cpu backend: devices to run side by side, as GPUs 0..n-1 when more than one
+    sdc_inject: tuple[int, ...] = ()  # drills, tests: the devices (positions) whose GEMM products are corrupt
 
 
 def cpu_defaults(cfg: BurninConfig) -> BurninConfig:
-    """Small sizes for the CPU path (the test suite and a laptop); no DCGM. `cfg.tests` is resolved."""
+    """Small sizes for the CPU path (the test suite and a laptop); the dtypes asked for, else CPU_DTYPES.
+    `cfg.tests` is resolved."""
     return BurninConfig(
         node=cfg.node,
         backend="cpu",
-        tests=tuple(t for t in cfg.tests or () if t != "dcgm"),
-        dtypes=("fp32", "bf16"),
+        tests=cfg.tests,
+        dtypes=cfg.dtypes or CPU_DTYPES,
         seconds=min(cfg.seconds, 3.0),
         gemm_n=256,
         hbm_bytes=32 << 20,
@@ -54,6 +60,8 @@ def cpu_defaults(cfg: BurninConfig) -> BurninConfig:
         ar_iters=5,
         ar_procs=cfg.ar_procs or 2,
         ar_tool=cfg.ar_tool,
+        cpu_devices=cfg.cpu_devices,
+        sdc_inject=cfg.sdc_inject,
     )
 
 
@@ -73,6 +81,8 @@ class StepContext:
     progress: Progress | None = None
     total: int = 1  # progress units of the whole run
     done: int = 0
+    busy: BusyCheck | None = None  # fed by every watched test
+    provenance: dict[str, Provenance] = field(default_factory=dict)  # test -> its fleet floor's provenance
 
     def say(self, msg: str) -> None:
         """Report progress: `msg` starts now, `done` of `total` units are behind."""
@@ -83,10 +93,24 @@ class StepContext:
         self.done += 1
 
     def floor(self, test: str) -> tuple[float | None, str]:
-        """The floor a figure of `test` is judged against (none on the CPU backend)."""
+        """The floor a figure of `test` is judged against (none on the CPU backend); a fleet floor's
+        provenance is kept for the runner (`provenance`), which holds a provisional one's PASS at WARN."""
         if self.cfg.backend == "cpu":
             return None, ""
-        return floor_for(self.store, self.model, self.driver, test)
+        fl, src, prov = floor_with_provenance(self.store, self.model, self.driver, test)
+        if prov is not None:
+            self.provenance[test] = prov
+        return fl, src
+
+    def settle(self, results: list[Result]) -> list[Result]:
+        """One step's results held to the busy check (another process on the GPU: INCONCLUSIVE) and to their
+        floors' provenance (a provisional fleet floor: a PASS is a WARN)."""
+        if self.busy is not None:
+            self.busy.apply(results)
+        for r in results:
+            prov = self.provenance.get(r.test)
+            apply_provisional(r, prov.provisional(r.node, r.gpu, r.uuid) if prov else None)
+        return results
 
     @contextmanager
     def watched(self) -> Iterator[Watch]:
@@ -95,10 +119,16 @@ class StepContext:
         with TelemetryWatcher(self.nvml, self.cfg.node, gpus) as w:
             yield w.watch
         self.report.telemetry += w.watch.samples
+        if self.busy is not None:
+            self.busy.observe(w.watch.processes, w.watch.self_seen, w.watch.listed)
 
     def on_each(self, fn: Callable[[Any], Any]) -> list[Any]:
         """Run fn(torch device) on every device at once (one thread per GPU; CUDA work releases the GIL).
         Each slot holds fn's return or the exception it raised."""
+        return self.on_each_at(lambda _i, dev: fn(dev))
+
+    def on_each_at(self, fn: Callable[[int, Any], Any]) -> list[Any]:
+        """on_each, with fn(position in `devices`, torch device)."""
         torch = self.torch
         outs: list[Any] = [None] * len(self.devices)
 
@@ -107,7 +137,7 @@ class StepContext:
                 dev = torch.device(self.devices[i]["device"])
                 if dev.type == "cuda":
                     torch.cuda.set_device(dev)
-                outs[i] = fn(dev)
+                outs[i] = fn(i, dev)
             except BaseException as e:  # a failing GPU must not take the others' results with it
                 outs[i] = e
 

@@ -10,10 +10,14 @@ figures:
   conf/nd96isr_h100_v5.conf); 0.75 x 480 = 360 as the hard floor.
 The measured figures from this project's own runs on the H200 (HBM copy, tf32, fp8) are filled in from
 bench/results/burnin-h200.json (see bench/README.md).
+
+A fleet baseline built from the GPU under test itself (one run that included it, or only its own runs) is
+provisional (`Provenance.provisional`): it can hold a result at WARN, never make it PASS.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -68,11 +72,56 @@ def default_floor(model: str | None, test: str) -> tuple[float, str] | None:
     return None
 
 
-def floor_for(
+MIN_RUNS = 2  # a fleet floor whose figures include the GPU under test must come from at least this many runs
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a fleet-baseline floor's figures come from: how many runs, and which GPUs (by UUID and by node
+    and index; a node-level test such as all-reduce has index None)."""
+
+    runs: int
+    uuids: frozenset[str]
+    slots: frozenset[tuple[str, int | None]]
+
+    def provisional(self, node: str, gpu: int | None, uuid: str | None) -> str | None:
+        """Why this floor cannot make this GPU (or node) PASS, or None when it can: its figures come from
+        fewer than MIN_RUNS runs that include this GPU's own, or from this GPU alone. A GPU judged against
+        its own history would pass whatever it does now."""
+        own = (uuid is not None and uuid in self.uuids) or (node, gpu) in self.slots
+        here = "this node" if gpu is None else "this GPU"
+        if own and self.runs < MIN_RUNS:
+            return f"floor from {self.runs} run on {here}: provisional"
+        if own and len(self.slots) == 1:
+            return f"floor from {self.runs} runs, all on {here}: provisional"
+        return None
+
+
+def provenance(store: Store, model: str, driver: str, test: str) -> Provenance:
+    """The PASSed results the stored baseline of (model, driver, test) was computed from, as
+    fleettool.engine.baselines.compute selects them (up to the baseline's update time)."""
+    rows = store.query(
+        """SELECT DISTINCT b.run_id, b.node, b.gpu, b.uuid
+           FROM burnin_results b LEFT JOIN gpus g ON g.node = b.node AND g.gpu = b.gpu
+           WHERE b.verdict = 'PASS' AND b.figure IS NOT NULL AND b.test = ?
+             AND coalesce(g.model, '?') = ? AND coalesce(g.driver, '?') = ?
+             AND b.ts <= coalesce((SELECT max(updated) FROM baselines WHERE model = ? AND driver = ?
+                                     AND metric = 'burnin' AND key = ?), b.ts)""",
+        [test, model, driver, model, driver, test],
+    )
+    return Provenance(
+        len({r["run_id"] for r in rows}),
+        frozenset(r["uuid"] for r in rows if r["uuid"]),
+        frozenset((r["node"], r["gpu"]) for r in rows),
+    )
+
+
+def floor_with_provenance(
     store: Store | None, model: str | None, driver: str | None, test: str, min_n: int = 8
-) -> tuple[float | None, str]:
-    """The fleet baseline when it has at least min_n passed GPUs of this SKU and driver: the lower of
-    median - 3 sigma (sigma = 1.4826 x MAD) and 0.92 x median; else the cited default; else none."""
+) -> tuple[float | None, str, Provenance | None]:
+    """The fleet baseline when it has at least min_n passed results of this SKU and driver: the lower of
+    median - 3 sigma (sigma = 1.4826 x MAD) and 0.92 x median, with where its figures come from; else the
+    cited default (no provenance); else none."""
     if store is not None and model:
         from fleettool.engine.baselines import lookup
 
@@ -81,10 +130,18 @@ def floor_for(
         except Exception:  # a store without the baselines table (older) has none
             b = None
         if b is not None and b.n >= min_n:
-            return min(
-                b.floor(3.0), 0.92 * b.median
-            ), f"fleet baseline {model}/{b.driver}: median {b.median:.4g}, n={b.n}"
+            fl = min(b.floor(3.0), 0.92 * b.median)
+            src = f"fleet baseline {model}/{b.driver}: median {b.median:.4g}, n={b.n}"
+            return fl, src, provenance(store, b.model, b.driver, test)
     d = default_floor(model, test)
     if d is not None:
-        return d
-    return None, ""
+        return d[0], d[1], None
+    return None, "", None
+
+
+def floor_for(
+    store: Store | None, model: str | None, driver: str | None, test: str, min_n: int = 8
+) -> tuple[float | None, str]:
+    """The floor of `test` and where it comes from (floor_with_provenance without the provenance)."""
+    fl, src, _prov = floor_with_provenance(store, model, driver, test, min_n)
+    return fl, src

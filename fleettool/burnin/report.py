@@ -23,10 +23,13 @@ class BurninReport:
     allreduce: dict[str, Any] | None = None
     telemetry: list[Any] = field(default_factory=list)
     devices: list[dict[str, Any]] = field(default_factory=list)
+    busy: dict[str, Any] | None = None  # the busy check (busy.BusyCheck.as_dict): other processes per GPU
 
 
 def to_dict(rep: BurninReport, code: int) -> dict[str, Any]:
-    """The `--json` report (telemetry stays in the store)."""
+    """The `--json` report (telemetry stays in the store). `busy` is the busy check: `checked` (else
+    `why_not`), and per GPU index the other processes seen `before` and `during` the tests (pid, kind C/G/C+G,
+    used_memory_bytes), the `unattributed` ones and the GPUs whose processes could not be listed (`errors`)."""
     return {
         "run_id": rep.run_id,
         "node": rep.node,
@@ -36,6 +39,7 @@ def to_dict(rep: BurninReport, code: int) -> dict[str, Any]:
         "devices": rep.devices,
         "results": [r.as_dict() for r in rep.results],
         "allreduce": rep.allreduce,
+        "busy": rep.busy,
     }
 
 
@@ -44,6 +48,7 @@ def from_dict(d: dict[str, Any]) -> BurninReport:
     rep = BurninReport(str(d["run_id"]), str(d["node"]), float(d["started"]), float(d.get("finished") or 0))
     rep.devices = list(d.get("devices") or [])
     rep.allreduce = d.get("allreduce")
+    rep.busy = d.get("busy")
     for r in d.get("results") or []:
         rep.results.append(
             Result(

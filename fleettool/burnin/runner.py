@@ -2,7 +2,12 @@
 HBM, all-reduce, DCGM diag), compare each GPU with its node's others, and save the report to the store.
 
 `backend="cpu"` runs the same code paths on the CPU at small sizes (torch CPU, gloo with two processes), which
-is how the test suite exercises them without a GPU.
+is how the test suite exercises them without a GPU; `cpu_devices=4` runs four CPU devices side by side as
+GPUs 0-3, and a GPU source given to `run_burnin` (the fake) feeds their telemetry and busy check.
+
+Before the first test, the busy check (busy.py) lists the processes on every GPU; each step's results are then
+held to it (INCONCLUSIVE where another process was there) and to their floors' provenance (a provisional
+floor holds a PASS at WARN); the report ends with the check's own row, `exclusive`.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from fleettool.burnin.context import BurninConfig, Progress, StepContext, cpu_defaults
+from fleettool.burnin.busy import BusyCheck
+from fleettool.burnin.context import CUDA_DTYPES, BurninConfig, Progress, StepContext, cpu_defaults
 from fleettool.burnin.report import BurninReport, save
 from fleettool.burnin.steps import ALL_TESTS, STEPS
 from fleettool.burnin.verdict import Result, Verdict, apply_peers
@@ -33,12 +39,20 @@ def _import_torch() -> Any:
 
 
 def run_burnin(
-    cfg: BurninConfig, store: Store | None = None, progress: Progress | None = None
+    cfg: BurninConfig,
+    store: Store | None = None,
+    progress: Progress | None = None,
+    source: GpuSource | None = None,
 ) -> BurninReport:
+    """Run the steps `cfg.tests` names and return the report (saved to `store` when given). `source` is an
+    opened GPU source for telemetry and the busy check (the caller closes it); without one the cuda backend
+    opens NVML and the cpu backend has none."""
     rep = BurninReport(uuid.uuid4().hex[:16], cfg.node, time.time())
     cfg = dataclasses.replace(cfg, tests=ALL_TESTS if cfg.tests is None else cfg.tests)
     if cfg.backend == "cpu":
         cfg = cpu_defaults(cfg)
+    elif cfg.dtypes is None:
+        cfg = dataclasses.replace(cfg, dtypes=CUDA_DTYPES)
     tests = cfg.tests or ()
     try:
         torch = _import_torch()
@@ -54,6 +68,10 @@ def run_burnin(
             for t in tests
             if t not in TORCHLESS
         ]
+        bare = StepContext(cfg, None, [], rep, store=store, progress=progress)
+        for step in STEPS:  # the external tools run without torch (DCGM diag, or its SKIPPED row)
+            if step.name in tests and not step.needs_torch:
+                rep.results += step.run(bare)
         rep.finished = time.time()
         return rep
     if cfg.backend == "cuda" and (not torch.cuda.is_available() or torch.cuda.device_count() == 0):
@@ -63,8 +81,12 @@ def run_burnin(
         ]
         rep.finished = time.time()
         return rep
-    devices, model, driver, nvml = _devices(torch, cfg)
+    opened, why_not = (None, "") if source is not None else _open_source(cfg)
+    gpu_source = source or opened
+    devices, model, driver = _devices(torch, cfg, gpu_source)
     rep.devices = devices
+    busy = BusyCheck(gpu_source, [d["gpu"] for d in devices if d["gpu"] is not None], why_not)
+    busy.before_tests(time.time())  # before any test has made a context on a GPU
     steps = [s for s in STEPS if s.name in tests]
     ctx = StepContext(
         cfg,
@@ -72,18 +94,25 @@ def run_burnin(
         devices,
         rep,
         store=store,
-        nvml=nvml,
+        nvml=gpu_source,
         model=model,
         driver=driver,
         progress=progress,
         total=sum(s.units(cfg) for s in steps),
+        busy=busy,
     )
-    for step in steps:
-        rep.results += step.run(ctx)
-    apply_peers(rep.results)
-    if nvml is not None:
-        with contextlib.suppress(Exception):
-            nvml.close()
+    try:
+        for step in steps:
+            busy.begin_step()
+            rep.results += ctx.settle(step.run(ctx))
+    finally:
+        if opened is not None:
+            with contextlib.suppress(Exception):
+                opened.close()
+    if cfg.backend != "cpu":  # CPU devices share the cores: their speeds say nothing about one another
+        apply_peers(rep.results)
+    rep.results.append(busy.result(cfg.node))
+    rep.busy = busy.as_dict()
     rep.finished = time.time()
     if progress is not None:
         progress("done", 1.0)
@@ -92,17 +121,26 @@ def run_burnin(
     return rep
 
 
+def _open_source(cfg: BurninConfig) -> tuple[GpuSource | None, str]:
+    """NVML on the cuda backend (or None and why not); the cpu backend has no GPU source of its own."""
+    if cfg.backend == "cpu":
+        return None, "no NVML on the CPU backend"
+    from fleettool.burnin.telemetry import open_nvml
+
+    return open_nvml()
+
+
 def _devices(
-    torch: Any, cfg: BurninConfig
-) -> tuple[list[dict[str, Any]], str | None, str | None, GpuSource | None]:
-    """The devices under test, the GPUs' model and driver (for floors), and NVML where it opens (telemetry)."""
+    torch: Any, cfg: BurninConfig, source: GpuSource | None
+) -> tuple[list[dict[str, Any]], str | None, str | None]:
+    """The devices under test, and the GPUs' model and driver (for floors)."""
     if cfg.backend == "cpu":
         import platform
 
-        return [{"gpu": None, "device": "cpu", "name": platform.processor() or "cpu"}], None, None, None
-    from fleettool.burnin.telemetry import open_nvml
-
-    nvml = open_nvml()
+        name = platform.processor() or "cpu"
+        if cfg.cpu_devices <= 1:
+            return [{"gpu": None, "device": "cpu", "name": name}], None, None
+        return [{"gpu": i, "device": "cpu", "name": name} for i in range(cfg.cpu_devices)], None, None
     devs = []
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
@@ -112,13 +150,16 @@ def _devices(
             "name": p.name,
             "memory_bytes": int(p.total_memory),
         }
-        if nvml is not None:
+        if source is not None:
             try:
-                info = nvml.device_info(i)
+                info = source.device_info(i)
                 d["uuid"] = info.uuid
                 d["pci_bus_id"] = info.pci_bus_id
             except Exception:
                 pass
         devs.append(d)
-    driver = nvml.driver_version() if nvml is not None else None
-    return devs, devs[0]["name"] if devs else None, driver, nvml
+    driver = None
+    if source is not None:
+        with contextlib.suppress(Exception):
+            driver = source.driver_version()
+    return devs, devs[0]["name"] if devs else None, driver

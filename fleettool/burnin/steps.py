@@ -19,19 +19,23 @@ from fleettool.burnin.verdict import Result, Verdict, judge_allreduce, judge_gem
 
 
 def run_gemm(ctx: StepContext) -> list[Result]:
-    """Each dtype in turn, on every device at once, with telemetry watched."""
+    """Each dtype in turn, on every device at once, with telemetry watched. The tf32 switch is set for the
+    dtype around all the devices' threads and put back afterwards (gemm.matmul_mode)."""
     cfg, torch = ctx.cfg, ctx.torch
 
     res: list[Result] = []
-    for dtype in cfg.dtypes:
+    for dtype in cfg.dtypes or ():
 
-        def one(dev: Any, dtype: str = dtype) -> gemm.GemmResult | str:
+        def one(i: int, dev: Any, dtype: str = dtype) -> gemm.GemmResult | str:
             why = gemm.supported(torch, dev, dtype)
-            return why if why is not None else gemm.run_gemm(torch, dev, dtype, cfg.seconds, cfg.gemm_n)
+            if why is not None:
+                return why
+            bad = i in cfg.sdc_inject
+            return gemm.run_gemm(torch, dev, dtype, cfg.seconds, cfg.gemm_n, corrupt=bad)
 
         ctx.say(f"GEMM {dtype} on {len(ctx.devices)} device(s) for {cfg.seconds:g}s")
-        with ctx.watched() as watch:
-            outs = ctx.on_each(one)
+        with ctx.watched() as watch, gemm.matmul_mode(torch, dtype):
+            outs = ctx.on_each_at(one)
         res += judge_gemm(cfg.node, dtype, ctx.devices, outs, ctx.floor(f"gemm-{dtype}"), watch.reasons)
         ctx.tick()
     return res
@@ -82,15 +86,19 @@ def run_allreduce(ctx: StepContext) -> list[Result]:
 
 
 def run_dcgm(ctx: StepContext) -> list[Result]:
-    """`dcgmi diag` on a GPU node where DCGM is installed; nothing otherwise."""
-    if ctx.cfg.backend != "cuda" or not dcgm.available():
-        return []
+    """`dcgmi diag` on a GPU node where DCGM is installed; a SKIPPED row saying why not otherwise."""
+    if ctx.cfg.backend != "cuda":
+        why = f"DCGM diagnostics test GPUs: not run on the {ctx.cfg.backend} backend"
+        return [Result(ctx.cfg.node, None, "dcgm-diag", Verdict.SKIPPED, reason=why)]
+    if not dcgm.available():
+        why = "dcgmi not found on PATH: DCGM diagnostics not run (install DCGM to include them)"
+        return [Result(ctx.cfg.node, None, "dcgm-diag", Verdict.SKIPPED, reason=why)]
     ctx.say(f"dcgmi diag -r {ctx.cfg.dcgm_level}")
     return dcgm.run_diag(ctx.cfg.node, ctx.cfg.dcgm_level)
 
 
 STEPS: tuple[Step, ...] = (
-    Step("gemm", run_gemm, units=lambda cfg: len(cfg.dtypes)),
+    Step("gemm", run_gemm, units=lambda cfg: len(cfg.dtypes or ())),
     Step("hbm", run_hbm),
     Step("allreduce", run_allreduce),
     Step("dcgm", run_dcgm, needs_torch=False),

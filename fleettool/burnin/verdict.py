@@ -5,6 +5,11 @@ slower than its node's other GPUs by more than 15 % is FAIL even above the floor
 third of its speed passed DCGM's longest diag, whose cross-GPU check is off by default); any silent data
 corruption is FAIL; thermal or HW slowdown during the test is at least WARN (power capping is normal).
 The judges of each step's measurements (`judge_gemm`, `judge_hbm`, `judge_allreduce`) are here as well.
+
+SKIPPED: the test does not apply (fp8 on a GPU without it, all-reduce with one GPU, DCGM where dcgmi is not
+installed, the busy check without NVML); it counts for nothing unless nothing at all was tested.
+INCONCLUSIVE: the test should have said and could not: an error, a GPU busy with another process (busy.py),
+a cross-GPU checksum split with no strict majority. A provisional floor (floors.py) holds a PASS at WARN.
 """
 
 from __future__ import annotations
@@ -111,10 +116,22 @@ def apply_telemetry(r: Result, reasons_mask: int | None) -> None:
         r.evidence["power_capped"] = True
 
 
+def apply_provisional(r: Result, why: str | None) -> None:
+    """A floor that cannot be trusted to pass this GPU (floors.Provenance.provisional says why): a PASS
+    against it is a WARN, the reason and the evidence saying so. WARN and FAIL stand."""
+    if why is None or r.floor is None:
+        return
+    r.evidence["floor_provisional"] = why
+    if r.verdict in (Verdict.PASS, Verdict.WARN):
+        r.verdict = Verdict.WARN
+        r.reason += f"; {why}"
+
+
 def exit_code(results: list[Result]) -> int:
     """1 on any FAIL. 7 when nothing was tested (all SKIPPED: no GPU, no torch) or a test that should have run
-    could not say (INCONCLUSIVE: an error, a DCGM test skipped). 0 when every test PASSed or WARNed; a test
-    SKIPPED because it does not apply (fp8 on a GPU without it, all-reduce on a one-GPU node) does not count."""
+    could not say (INCONCLUSIVE: an error, a GPU busy with another process, a cross-GPU checksum split with no
+    majority, a DCGM test DCGM skipped). 0 when every test PASSed or WARNed; a test SKIPPED because it does
+    not apply (fp8 on a GPU without it, all-reduce on a one-GPU node, no dcgmi) does not count."""
     if not results:
         return 7
     if any(r.verdict == Verdict.FAIL for r in results):
@@ -142,6 +159,55 @@ def _reasons(reasons: dict[int, int], dev: dict[str, Any]) -> int | None:
     return reasons.get(dev["gpu"]) if dev["gpu"] is not None else None
 
 
+def _label(dev: dict[str, Any], i: int) -> str:
+    return f"GPU {dev['gpu']}" if dev.get("gpu") is not None else f"device {i}"
+
+
+def checksum_groups(outs: Sequence[GemmResult | str | BaseException]) -> dict[str, list[int]]:
+    """The positions of the devices that produced a result, grouped by the checksum of their result (its
+    repr: exact, and NaN equal to NaN), largest group first."""
+    groups: dict[str, list[int]] = {}
+    for i, o in enumerate(outs):
+        if not isinstance(o, (str, BaseException)):
+            groups.setdefault(repr(o.checksum), []).append(i)
+    return dict(sorted(groups.items(), key=lambda kv: -len(kv[1])))
+
+
+def cross_gpu(
+    devices: Sequence[dict[str, Any]], groups: dict[str, list[int]]
+) -> tuple[dict[int, tuple[Verdict, str]], dict[str, Any]]:
+    """The cross-GPU corruption check: identical GPUs given the same inputs return the same bits. A device
+    outside a strict majority (more than half of the devices that returned a result) FAILs; with no strict
+    majority (2 against 2, 1 against 1, 2-2-1, ...) nobody can say which group is wrong: every device in the
+    disagreement is INCONCLUSIVE, the groups named. Returns the verdict per device position that changes, and
+    the evidence."""
+    total = sum(len(g) for g in groups.values())
+    named = [{"checksum": c, "devices": [_label(devices[i], i) for i in idx]} for c, idx in groups.items()]
+    ev: dict[str, Any] = {"cross_gpu_groups": named} if len(groups) > 1 else {}
+    if len(groups) <= 1:
+        return {}, ev
+    sizes = [len(g) for g in groups.values()]
+    if sizes[0] * 2 > total:  # a strict majority: the others are wrong
+        major = next(iter(groups))
+        out = {
+            i: (
+                Verdict.FAIL,
+                f"silent data corruption: its result differs from the {sizes[0]} of {total} devices "
+                f"that agree, for the same inputs",
+            )
+            for c, idx in groups.items()
+            if c != major
+            for i in idx
+        }
+        return out, ev
+    desc = "; ".join(f"{', '.join(g['devices'])}: checksum {g['checksum']}" for g in named)
+    why = (
+        f"results differ across devices with no majority ({' vs '.join(map(str, sizes))}): which are "
+        f"corrupt cannot be told ({desc})"
+    )
+    return {i: (Verdict.INCONCLUSIVE, why) for idx in groups.values() for i in idx}, ev
+
+
 def judge_gemm(
     node: str,
     dtype: str,
@@ -150,14 +216,14 @@ def judge_gemm(
     floor: tuple[float | None, str],
     reasons: dict[int, int],
 ) -> list[Result]:
-    """One GEMM dtype on every device: TFLOP/s against the floor; any mismatch within a device, or a checksum
-    that differs from the majority of the node's GPUs, is silent data corruption (FAIL)."""
+    """One GEMM dtype on every device: TFLOP/s against the floor; any mismatch within a device is silent data
+    corruption (FAIL), and so is a result that differs from a strict majority of the node's devices; a split
+    with no strict majority is INCONCLUSIVE (`cross_gpu`). A corruption FAIL carries evidence corruption=True."""
     test = f"gemm-{dtype}"
     fl, src = floor
     res: list[Result] = []
-    sums = [o.checksum for o in outs if not isinstance(o, (str, BaseException))]
-    majority = max(set(sums), key=sums.count) if sums else None
-    for d, o in zip(devices, outs, strict=True):
+    cross, cross_ev = cross_gpu(devices, checksum_groups(outs))
+    for i, (d, o) in enumerate(zip(devices, outs, strict=True)):
         if isinstance(o, (str, BaseException)):
             res.append(_not_run(node, d, test, o))
             continue
@@ -170,7 +236,9 @@ def judge_gemm(
             "sdc_checks": o.checks,
             "sdc_mismatches": o.mismatches,
             "checksum": o.checksum,
+            "tf32": o.tf32,
             "per_second": [round(x, 1) for x in o.per_second],
+            **cross_ev,
         }
         r = Result(node, d["gpu"], test, v, sig(o.tflops), "TFLOP/s", fl, src, why, d.get("uuid"), ev)
         if o.mismatches:
@@ -178,11 +246,11 @@ def judge_gemm(
                 Verdict.FAIL,
                 f"silent data corruption: {o.mismatches} of {o.checks} checked results differ from the first",
             )
-        elif majority is not None and len(sums) >= 2 and o.checksum != majority and sums.count(majority) > 1:
-            r.verdict, r.reason = (
-                Verdict.FAIL,
-                "silent data corruption: its result differs from the other GPUs' for the same inputs",
-            )
+            r.evidence["corruption"] = True
+        elif i in cross and (cross[i][0] == Verdict.FAIL or cross[i][0].rank > r.verdict.rank):
+            r.verdict, r.reason = cross[i]  # a FAIL below the floor stays one within a tie
+            if r.verdict == Verdict.FAIL:
+                r.evidence["corruption"] = True
         apply_telemetry(r, _reasons(reasons, d))
         res.append(r)
     return res
@@ -224,6 +292,7 @@ def judge_allreduce(
     test = f"allreduce-{nprocs}"
     ev = {"world": out["world"], "backend": backend, "rows": rows, "largest_size": big["size_bytes"]}
     if any(r["wrong"] for r in rows):
+        ev["corruption"] = True
         return Result(
             node,
             None,

@@ -17,7 +17,7 @@ from fleettool.cli.exit_codes import ExitCode
 
 BACKENDS = ("cuda", "cpu")
 TESTS = ALL_TESTS
-DTYPES = ("bf16", "fp16", "tf32", "fp8")
+DTYPES = ("bf16", "fp16", "tf32", "fp8", "fp32")
 AR_TOOLS = ("torch", "nccl-tests")
 
 
@@ -78,8 +78,13 @@ def register(app: typer.Typer) -> None:
         ] = "cuda",
         tests: Annotated[str, typer.Option(help=f"comma list of {', '.join(TESTS)}")] = ",".join(TESTS),
         dtypes: Annotated[
-            str, typer.Option(help="GEMM dtypes: bf16, fp16, tf32, fp8 (fp8 where the GPU has it)")
-        ] = "bf16,fp16,tf32,fp8",
+            str | None,
+            typer.Option(
+                help="GEMM dtypes, a comma list of bf16, fp16, tf32, fp8, fp32 (fp8 where the GPU has it; "
+                "tf32 and fp8 need a GPU). Default: bf16,fp16,tf32,fp8 (cuda), fp32,bf16 (cpu)",
+                show_default=False,
+            ),
+        ] = None,
         duration: Annotated[str, typer.Option(help="per GEMM dtype and for HBM")] = "30s",
         gemm_n: Annotated[int, typer.Option(min=1, help="GEMM size (n x n x n)")] = 8192,
         allreduce_max: Annotated[str, typer.Option(help="largest all-reduce message")] = "8G",
@@ -105,9 +110,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Stress and judge a node: GEMM per dtype (TFLOP/s, silent-data-corruption check within and across
         GPUs), HBM copy bandwidth, all-reduce busbw, DCGM diag where installed; telemetry during each test tells
-        power capping (normal) from thermal or HW slowdown. Verdicts per GPU and test: PASS, WARN, FAIL,
-        SKIPPED, INCONCLUSIVE. Exit 0 only when every test PASSed or WARNed; 1 on any FAIL; 7 when something
-        could not be tested (no GPU, no torch): a machine with no GPU never passes.
+        power capping (normal) from thermal or HW slowdown; a GPU another process is using is named (PIDs).
+        Verdicts per GPU and test: PASS; WARN (marginal, or judged against a provisional floor); FAIL;
+        SKIPPED (does not apply: no dcgmi, fp8 on an older GPU; counts for nothing unless nothing was
+        tested); INCONCLUSIVE (could not say: a GPU busy with another process, a cross-GPU checksum split
+        with no majority, an error). Exit 0 when every test PASSed, WARNed or did not apply; 1 on any FAIL;
+        7 on any INCONCLUSIVE, or when nothing could be tested (no GPU): a machine with no GPU never passes.
 
         Example: fleettool burnin --node gpu-17 --via slurm --duration 60s
         """
@@ -142,7 +150,7 @@ def register(app: typer.Typer) -> None:
             )
         _check_choices("--backend", [backend], BACKENDS)
         wanted = _check_choices("--tests", tests.split(","), TESTS)
-        _check_choices("--dtypes", dtypes.split(","), DTYPES)
+        dtype_list = None if dtypes is None else _check_choices("--dtypes", dtypes.split(","), DTYPES)
         _check_choices("--allreduce-tool", [allreduce_tool], AR_TOOLS)
         # the external tools this run needs are there before anything starts (or the node is cordoned)
         if mode == "ssh":
@@ -165,8 +173,7 @@ def register(app: typer.Typer) -> None:
             "--backend",
             backend,
             *(["--tests", tests] if explicit_tests else []),
-            "--dtypes",
-            dtypes,
+            *(["--dtypes", ",".join(dtype_list)] if dtype_list else []),  # else the remote backend's default
             "--duration",
             duration,
             "--gemm-n",
@@ -183,7 +190,7 @@ def register(app: typer.Typer) -> None:
                 node=node,
                 backend=backend,
                 tests=tuple(t.strip() for t in tests.split(",") if t.strip()),
-                dtypes=tuple(d.strip() for d in dtypes.split(",") if d.strip()),
+                dtypes=None if dtype_list is None else tuple(dtype_list),
                 seconds=secs,
                 gemm_n=gemm_n,
                 ar_max=ar_max,
