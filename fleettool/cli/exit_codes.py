@@ -21,7 +21,7 @@ class ExitCode(enum.IntEnum):
     STORE_ERROR = (
         6  # the database cannot be opened or written (no such database, missing directory, disk full)
     )
-    NOT_TESTED = 7  # nothing could be tested (no GPU): never a pass
+    NOT_TESTED = 7  # nothing could be tested (no GPU), or a burn-in was INCONCLUSIVE: never a pass
     UNAVAILABLE = (
         8  # something the command needs is unavailable (port in use, scontrol/kubectl/ssh/dcgmi missing)
     )
@@ -33,7 +33,7 @@ EPILOG = (
     "3 bad input (a missing path, an empty directory, nothing recognised, file:line on stderr); "
     "4 database locked; 5 not a fleettool database (nothing was changed); "
     "6 database cannot be opened or written (no such database, missing directory); "
-    "7 nothing could be tested (no GPU); "
+    "7 nothing could be tested or a burn-in was inconclusive (no GPU, a GPU busy with another process); "
     "8 something needed is unavailable (port in use, scontrol/kubectl/ssh/dcgmi not installed); "
     "70 internal error (a bug: please report it). Every failure is one line on stderr."
 )
