@@ -1,7 +1,8 @@
 """The dcgm-exporter collector: scrape NVIDIA's exporter (default http://localhost:9400/metrics) each tick.
 
-The body is the Prometheus text exposition; it goes through the same bulk parser and series mapping as a
-recording (DCGM_FI_* names and DCGM 4 aliases onto the store's metrics, not-supported sentinels dropped,
+The body is the Prometheus text exposition; it goes through the same series mapping as a recording
+(collectors.series_map, in pure Python here: the agent loads no Arrow, and each series is mapped once over the
+collector's scrapes) (DCGM_FI_* names and DCGM 4 aliases onto the store's metrics, not-supported sentinels dropped,
 `Hostname`/`hostname`, MIG `GPU_I_ID`), stamped with the scrape time. Pod attribution labels
 (namespace/pod/container) are kept as GPU-use intervals. A failed scrape raises: the agent marks the collector
 down in its health metrics and tries again on the next tick.
@@ -14,9 +15,8 @@ import urllib.request
 
 from fleettool.collectors.base import Collected
 from fleettool.collectors.registry import CollectorConfig
-from fleettool.collectors.series import MetricsIngest
-from fleettool.formats.openmetrics import ExpositionParser, parse_stream
-from fleettool.model import PodUse, Sample
+from fleettool.collectors.series_map import ScrapeMapper
+from fleettool.model import PodUse
 from fleettool.sources.base import SourceError
 
 DEFAULT_URL = "http://localhost:9400/metrics"
@@ -38,6 +38,7 @@ class DcgmExporterCollector:
         self._reason: str | None = None
         self._inflight: str | None = None
         self.scrapes = 0
+        self._mapper = ScrapeMapper(node, url)
 
     @property
     def reason(self) -> str | None:
@@ -73,40 +74,20 @@ class DcgmExporterCollector:
             raise
         self._reason = None
         self.scrapes += 1
-        return parse_scrape(body, self.node, now, source=self.url)
+        return parse_scrape(body, self.node, now, source=self.url, mapper=self._mapper)
 
     def close(self) -> None:
         pass
 
 
-def parse_scrape(body: bytes, node: str, now: float, *, source: str = "<scrape>") -> Collected:
-    """One dcgm-exporter scrape -> samples (stamped `now` unless the lines carry times), GPUs and pod uses."""
-    parser = ExpositionParser(source, millis=None, strict=False, default_ts=now)
-    ing = MetricsIngest(parser, node)
-    out = Collected()
-    for chunk in parse_stream(parser, [body]):
-        t = ing.table(chunk)
-        if not t.num_rows:
-            continue
-        d = t.to_pydict()
-        for ts, nd, gpu, uuid, metric, sub, value in zip(
-            d["ts"], d["node"], d["gpu"], d["uuid"], d["metric"], d["sub"], d["value"], strict=True
-        ):
-            out.samples.append(
-                Sample(
-                    ts.timestamp() if hasattr(ts, "timestamp") else float(ts),
-                    nd,
-                    gpu,
-                    uuid,
-                    metric,
-                    value,
-                    sub,
-                )
-            )
-    out.gpus = list(ing.map.gpus.values())
-    out.pods = [PodUse(now, n, g, u, ns, pod, c) for (n, g, u, ns, pod, c) in ing.map.pods]
-    out.errors = len(parser.issues)
-    return out
+def parse_scrape(
+    body: bytes, node: str, now: float, *, source: str = "<scrape>", mapper: ScrapeMapper | None = None
+) -> Collected:
+    """One dcgm-exporter scrape -> samples (stamped `now` unless the lines carry times), GPUs and pod uses.
+    A collector passes its own `mapper`, so each series is parsed and mapped once over its scrapes."""
+    m = (mapper or ScrapeMapper(node, source)).map(body, now)
+    pods = [PodUse(now, n, g, u, ns, pod, c) for (n, g, u, ns, pod, c) in m.pods]
+    return Collected(samples=m.samples, gpus=m.gpus, pods=pods, errors=m.errors)
 
 
 def from_config(cfg: CollectorConfig) -> DcgmExporterCollector | None:

@@ -21,9 +21,19 @@ from fleettool.sources.base import (
     SourceUnavailable,
     Tier,
 )
+from fleettool.sources.nvml_events import RECOVERY_ACTIONS
 
 DEFAULT_TIER_S = {Tier.FAST: 1.0, Tier.MEDIUM: 10.0, Tier.DEAR: 60.0, Tier.STATIC: 600.0}
 RETRY_OPEN_S = 60.0
+# NVML event types (sources/nvml_events.EVENT_TYPES names) -> the store's event kind, message, code
+EVENT_TEXT: dict[str, tuple[EventKind, str, int | None]] = {
+    "xid": (EventKind.XID, "", None),
+    "dbe": (EventKind.NVML_EVENT, "double-bit ECC error reported through NVML events", None),
+    "gpu-unavailable": (EventKind.FELL_OFF_BUS, "GPU unavailable (NVML event GpuUnavailableError)", None),
+    "recovery-action": (EventKind.NVML_EVENT, "", None),
+    "error": (EventKind.NVML_ERROR, "", None),
+    "dropped": (EventKind.AGENT, "", None),
+}
 
 
 class NvmlCollector:
@@ -120,6 +130,7 @@ class NvmlCollector:
                 )
             else:
                 return out
+        self._events(now, out)
         due = self._due(now)
         if Tier.MEDIUM in due or Tier.STATIC in due:
             out.gpus = list(self._devices.values())
@@ -171,18 +182,47 @@ class NvmlCollector:
                 self._failing.pop((i, what), None)
                 for metric, sub, value in rows:
                     out.samples.append(Sample(now, self.node, i, uuid, metric, value, sub))
+        return out
+
+    def wait_fd(self) -> int | None:
+        """Readable while NVML events wait (the agent loop wakes on it and collects at once)."""
+        return self.source.wait_fd() if self._open else None
+
+    def _events(self, now: float, out: Collected) -> None:
+        """NVML's events since the last collection, as the store's events. A double-bit ECC error, a GPU
+        gone unavailable or a recovery action also makes the ECC/remap tier due now, so the counters the
+        instant rules judge are read in this same collection."""
         try:
-            for x in self.source.poll_xids(now):
-                msg = f"Xid {x.code} reported through NVML events"
-                out.events.append(
-                    self._event(x.ts, x.index if x.index >= 0 else None, EventKind.XID, msg, code=x.code)
-                )
+            notices = self.source.poll_events(now)
         except SourceError as e:
             out.errors += 1
             out.events.append(
                 Event(now, self.node, EventKind.NVML_ERROR.value, f"event wait: {e}", source="nvml")
             )
-        return out
+            return
+        for x in notices:
+            gpu = x.index if x.index >= 0 else None
+            kind, msg, code = EVENT_TEXT.get(x.type, (EventKind.NVML_EVENT, "", None))
+            if x.type == "xid":
+                code = x.code
+                msg = f"Xid {x.code} reported through NVML events"
+            elif x.type == "recovery-action":
+                code = x.code
+                msg = f"NVML GpuRecoveryAction: {RECOVERY_ACTIONS.get(x.code, x.code)}"
+            elif x.type == "error":
+                msg = f"NVML event wait stopped ({x.message}); XIDs come from the kernel log only"
+                out.errors += 1
+            elif x.type == "dropped":
+                msg = f"{x.code} NVML events dropped: the event queue was full"
+            elif not msg:
+                msg = f"NVML event {x.type} (eventData {x.code})"
+            if x.gpu_instance is not None:
+                msg += f" on MIG GPU instance {x.gpu_instance}" + (
+                    f"/{x.compute_instance}" if x.compute_instance is not None else ""
+                )
+            out.events.append(self._event(x.ts, gpu, kind, msg, code=code))
+            if x.type in ("dbe", "gpu-unavailable", "recovery-action"):
+                self._last_tier.pop(Tier.MEDIUM, None)
 
     def _event(self, ts: float, gpu: int | None, kind: EventKind, msg: str, code: int | None = None) -> Event:
         dev = self._devices.get(gpu) if gpu is not None else None

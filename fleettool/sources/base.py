@@ -113,13 +113,24 @@ class DeviceInfo:
     serial: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class XidNotice:
-    """An XID delivered by NVML's event API (nvmlEventTypeXidCriticalError; eventData is the XID)."""
+@dataclass(frozen=True)
+class GpuEventNotice:
+    """An event delivered by NVML's event API (or played by the fake the same way).
+
+    `type` is one of EVENT_TYPES' names: xid (nvmlEventTypeXidCriticalError; `code` is the XID), dbe (a
+    double-bit ECC error), sbe, gpu-unavailable, recovery-action (`code` is the NVML_GPU_RECOVERY_ACTION_*
+    number), another NVML type by its name, or `error`: the event wait stopped (`message` says why).
+    `index` is -1 when the event named no device or one that is not in the source's handle map: such an event
+    is kept with the GPU unknown, never dropped. MIG attribution is None when NVML reports 0xFFFFFFFF."""
 
     index: int
     code: int
     ts: float
+    type: str = "xid"
+    event_type: int = 0x8
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +167,13 @@ class GpuSource(Protocol):
 
     def read(self, index: int, what: str, now: float) -> list[Row]: ...
 
-    def poll_xids(self, now: float) -> list[XidNotice]: ...
+    def poll_events(self, now: float) -> list[GpuEventNotice]:
+        """The events that arrived since the last call, without waiting (drains the wake fd too)."""
+        ...
+
+    def wait_fd(self) -> int | None:
+        """An fd that is readable while events wait in poll_events (None: no event path, poll each tick)."""
+        ...
 
     @property
     def inflight(self) -> str | None:

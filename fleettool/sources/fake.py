@@ -6,11 +6,16 @@ alerts can be drilled on healthy hardware (`fleettool agent --source fake --inje
 
 `costs=True` spins the CPU for as long as the same calls took on a real H200 (us_second in
 samples/h200-recording/nvml_report.json, driver 580.159.04), so agent overhead can be measured for 8 GPUs.
+
+Injected XIDs and double-bit errors arrive the way NVML's events do: through an event queue whose fd wakes the
+agent. On the wall clock (no `clock` given) a thread delivers each one when it falls due, and `inject_now`
+delivers one at once; on a test's own clock they are delivered when a collection's `now` reaches them.
 """
 
 from __future__ import annotations
 
 import bisect
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,14 +23,15 @@ from pathlib import Path
 from fleettool.sources.base import (
     READS,
     DeviceInfo,
+    GpuEventNotice,
     GpuLost,
     GpuProcess,
     NotSupported,
     Row,
     SourceError,
     SourceUnavailable,
-    XidNotice,
 )
+from fleettool.sources.nvml_events import EventQueue, EventWaiter
 
 # Per-read cost in microseconds on an H200 (sum of the NVML calls each read makes; second-call figures).
 # A field-value batch costs about 7.6 ms for 40 fields (~190 us a field).
@@ -167,6 +173,11 @@ class FakeSource:
         self._info: dict[str, str] = {}
         self._lost: set[int] = set()
         self._extra: dict[tuple[int, str], float] = {}
+        self._live = clock is None  # on the wall clock: a thread delivers injected events when they fall due
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._queue: EventQueue | None = None
+        self._waiter: EventWaiter | None = None
 
     @property
     def inflight(self) -> str | None:
@@ -179,9 +190,20 @@ class FakeSource:
             raise SourceUnavailable(f"fake source cannot play {self.recording}: {e}") from e
         if self._t0 is None:
             self._t0 = time.time()
+        self._queue = EventQueue()
+        if self._live:
+            self._wake.clear()
+            self._waiter = EventWaiter(
+                self._event_wait, self._queue, timeout_ms=5000, interrupt=self._wake.set, name="fake-events"
+            ).start()
 
     def close(self) -> None:
         self._frames = None
+        if self._waiter is not None:
+            self._waiter.close()
+        if self._queue is not None:
+            self._queue.close()
+        self._waiter, self._queue = None, None
 
     def driver_version(self) -> str | None:
         return self._info.get("driver", "580.159.04")
@@ -279,21 +301,56 @@ class FakeSource:
         pids = {j.code for j in self._active(now, index) if j.kind == "busy" and j.code is not None}
         return [GpuProcess(pid, "C", BUSY_MEMORY_BYTES) for pid in sorted(pids)]
 
-    def poll_xids(self, now: float) -> list[XidNotice]:
-        out: list[XidNotice] = []
-        for j in self._active(now):
-            if j.fired:
-                continue
-            codes: list[int] = []
-            if j.kind == "xid" and j.code is not None:
-                codes = [j.code]
-            elif j.kind == "dbe":
-                codes = [48, 63]
-            elif j.kind == "remap-failure":
-                codes = [64]
-            if not codes and j.kind != "xid":
-                continue
-            j.fired = True
-            gpus = [j.gpu] if j.gpu is not None else list(range(self.n))
-            out.extend(XidNotice(g, c, now) for g in gpus for c in codes)
+    # -- events, as NVML's event API delivers them ----------------------------------------------------------
+    def wait_fd(self) -> int | None:
+        return self._queue.fd if self._queue is not None else None
+
+    def _fire_due(self, now: float) -> list[GpuEventNotice]:
+        """The event injections due at `now` and not yet delivered, as NVML would report them (once each)."""
+        out: list[GpuEventNotice] = []
+        with self._lock:
+            for j in self._active(now):
+                if j.fired:
+                    continue
+                notices: list[tuple[str, int, int]] = []  # (type, NVML event bit, eventData)
+                if j.kind == "xid" and j.code is not None:
+                    notices = [("xid", 0x8, j.code)]
+                elif j.kind == "dbe":
+                    notices = [("xid", 0x8, 48), ("xid", 0x8, 63), ("dbe", 0x2, 0)]
+                elif j.kind == "remap-failure":
+                    notices = [("xid", 0x8, 64)]
+                if not notices:
+                    continue
+                j.fired = True
+                gpus = [j.gpu] if j.gpu is not None else list(range(self.n))
+                out.extend(GpuEventNotice(g, c, now, t, bit) for g in gpus for t, bit, c in notices)
         return out
+
+    def _event_wait(self, timeout_ms: int) -> list[GpuEventNotice]:
+        """The waiter thread's 'nvmlEventSetWait_v2': sleeps until the next injection is due (or inject_now,
+        or close, wakes it), at most `timeout_ms`; returns what fell due."""
+        now = time.time()
+        if got := self._fire_due(now):
+            return got
+        t = now - (self._t0 or now)
+        pending = [j.after_s - t for j in self.inject if not j.fired and j.after_s > t]
+        self._wake.wait(min([timeout_ms / 1000.0, *pending]))
+        self._wake.clear()
+        return self._fire_due(time.time())
+
+    def inject_now(self, spec: str | Injection) -> Injection:
+        """Add a fault that starts now ('xid:79@gpu=3'); an event fault is delivered through the event queue
+        at once on the wall clock, or at the next collection on a test's clock."""
+        inj = parse_injection(spec) if isinstance(spec, str) else spec
+        inj.after_s = time.time() - (self._t0 or time.time()) if self._live else inj.after_s
+        with self._lock:
+            self.inject.append(inj)
+        self._wake.set()
+        return inj
+
+    def poll_events(self, now: float) -> list[GpuEventNotice]:
+        """The events delivered since the last call (those due at `now` included), without waiting."""
+        if self._queue is None:
+            return []
+        self._queue.put(self._fire_due(now))
+        return self._queue.drain()

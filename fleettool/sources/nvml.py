@@ -2,7 +2,9 @@
 
 Each read is one or a few NVML calls, converted to canonical units (mW -> W, mJ -> J, ns -> us). NVML errors
 become NotSupported, GpuLost or SourceError; a missing library or driver becomes SourceUnavailable.
-The call in flight is kept in `inflight` so the agent's watchdog can name a hung call.
+The call in flight is kept in `inflight` so the agent's watchdog can name a hung call. Events (XIDs, double-bit
+ECC, GPU unavailable, recovery action) come from NVML's event API through a waiter thread (sources/nvml_events.py)
+whose fd wakes the agent; its blocking wait is not a call in flight.
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ from typing import Any
 
 from fleettool.sources.base import (
     DeviceInfo,
+    GpuEventNotice,
     GpuLost,
     GpuProcess,
     NotSupported,
     Row,
     SourceError,
     SourceUnavailable,
-    XidNotice,
 )
+from fleettool.sources.nvml_events import EventQueue, EventWaiter, nvml_wait, register_events
 
 # NVML return codes (nvml.h)
 _NOT_SUPPORTED = {3, 13}  # NOT_SUPPORTED, FUNCTION_NOT_FOUND
@@ -38,7 +41,7 @@ _FI_PCIE = [
     ("pcie_fatal_errors_total", 180),
     ("recovery_action", 230),
 ]
-_XID_EVENT = 0x8
+EVENT_WAIT_MS = 500  # the waiter's wait: the longest close() waits for it
 
 
 class NvmlSource:
@@ -49,6 +52,9 @@ class NvmlSource:
         self._handles: dict[int, Any] = {}
         self._events: Any = None
         self._inflight: str | None = None
+        self._queue: EventQueue | None = None
+        self._waiter: EventWaiter | None = None
+        self.registered_events: dict[int, int] = {}  # GPU index -> event-type mask registered
 
     # -- plumbing -----------------------------------------------------------------------------------------
     @property
@@ -90,29 +96,41 @@ class NvmlSource:
         except OSError as e:
             raise SourceUnavailable(f"NVML library could not load: {e}") from e
         self._handles = {}
+        self._start_events()
+
+    def _start_events(self) -> None:
+        """An event set with every wanted type each GPU supports, and the waiter thread on it."""
+        nv = self._nv
         try:
-            self._events = pynvml.nvmlEventSetCreate()
+            self._events = self._call("nvmlEventSetCreate", nv.nvmlEventSetCreate)
+            handles: dict[int, Any] = {}
             for i in range(self.device_count()):
-                h = self._h(i)
-                try:
-                    mask = pynvml.nvmlDeviceGetSupportedEventTypes(h) & _XID_EVENT
-                    if mask:
-                        pynvml.nvmlDeviceRegisterEvents(h, mask, self._events)
-                except pynvml.NVMLError:
-                    continue
-        except pynvml.NVMLError:
+                with contextlib.suppress(SourceError):  # a lost GPU has no handle: no events from it
+                    handles[i] = self._h(i)
+        except SourceError:
             self._events = None
+            return
+        self.registered_events = register_events(nv, self._events, handles, self._call)
+        if not self.registered_events:
+            return
+        self._queue = EventQueue()
+        wait = nvml_wait(nv, self._events, handles)
+        self._waiter = EventWaiter(wait, self._queue, timeout_ms=EVENT_WAIT_MS).start()
 
     def close(self) -> None:
         if self._nv is None:
             return
+        joined = self._waiter.close() if self._waiter is not None else True
         try:
-            if self._events is not None:
+            # a waiter still inside nvmlEventSetWait_v2 keeps its set: freeing it under the call would crash
+            if self._events is not None and joined:
                 self._nv.nvmlEventSetFree(self._events)
             self._nv.nvmlShutdown()
         except self._nv.NVMLError:
             pass
-        self._events = None
+        if self._queue is not None:
+            self._queue.close()
+        self._events, self._waiter, self._queue = None, None, None
         self._handles = {}
 
     # -- inventory ----------------------------------------------------------------------------------------
@@ -335,37 +353,16 @@ class NvmlSource:
         return [GpuProcess(pid, kinds[pid], mem[pid]) for pid in sorted(kinds)]
 
     # -- events -------------------------------------------------------------------------------------------
-    def poll_xids(self, now: float) -> list[XidNotice]:
-        """Drain NVML's event set without waiting (timeout 0)."""
-        if self._events is None:
-            return []
-        nv = self._nv
-        out: list[XidNotice] = []
-        index_of = {id(h): i for i, h in self._handles.items()}
-        for _ in range(256):
-            try:
-                self._inflight = "nvmlEventSetWait_v2"
-                data = nv.nvmlEventSetWait_v2(self._events, 0)
-            except nv.NVMLError:
-                break
-            finally:
-                self._inflight = None
-            if data.eventType & _XID_EVENT:
-                idx = index_of.get(id(data.device), -1)
-                if idx < 0:
-                    for i, hh in self._handles.items():
-                        if _same_handle(hh, data.device):
-                            idx = i
-                            break
-                out.append(XidNotice(idx, int(data.eventData), now))
-        return out
+    def wait_fd(self) -> int | None:
+        return self._queue.fd if self._queue is not None else None
 
+    def poll_events(self, now: float) -> list[GpuEventNotice]:
+        """What the waiter thread got since the last call (never waits)."""
+        return self._queue.drain() if self._queue is not None else []
 
-def _same_handle(a: Any, b: Any) -> bool:
-    try:
-        return bool(a.value == b.value)  # ctypes pointers
-    except AttributeError:
-        return a is b
+    def poll_xids(self, now: float) -> list[GpuEventNotice]:
+        """The XIDs among poll_events (other events are dropped): kept for bench/nvml_probe.py."""
+        return [x for x in self.poll_events(now) if x.type == "xid"]
 
 
 def _field_value(v: Any) -> float:
