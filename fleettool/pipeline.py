@@ -25,7 +25,6 @@ from fleettool.engine.evaluate import evaluate as evaluate_store
 from fleettool.engine.incremental import RuleScheduler
 from fleettool.engine.rules import Rule
 from fleettool.ingest.report import FAILED, IGNORED, PARTIAL, READ, SKIPPED, FileReport, IngestOptions
-from fleettool.ingest.run import ingest
 from fleettool.recording.times import file_time
 from fleettool.store import Store
 from fleettool.store.alerts import list_alerts
@@ -150,6 +149,8 @@ def replay(store: Store, src: Path, opts: IngestOptions, rules: list[Rule]) -> R
     """Ingest the recording at `src` into `store`, evaluate the rules over it, and list the alerts. When
     nothing in it is recognised, nothing is evaluated (`evaluated` is False). OSError from reading `src`
     (a directory that cannot be walked) is raised."""
+    from fleettool.ingest.run import ingest  # numpy and Arrow: replay's, never loaded by the agent's flush
+
     result = ReplayResult(ingest(store, src, opts))
     if not result.recognised:
         return result

@@ -8,12 +8,13 @@ read by replay, which maps its names through the collectors' series mapping.
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
-from fleettool.formats.openmetrics import ExpositionParser, parse_stream
+from fleettool.formats.openmetrics_lines import ExpositionParser
 from fleettool.metrics import own_name_spec
-from fleettool.recording.files import iter_blocks
+from fleettool.recording.files import iter_lines
 
 # the writer's identity labels; any other label is the sub key (link=0, collector=nvml, mig=1/0)
 WRITER_LABELS = ("hostname", "gpu", "UUID", "pci_bus_id", "modelName", "driver")
@@ -32,7 +33,10 @@ def read_own_openmetrics(path: Path) -> tuple[list[OwnRow], dict[str, str]]:
     series: list[tuple[str, int | None, str, float] | None] = []
     info: dict[str, str] = {}
     rows: list[OwnRow] = []
-    for chunk in parse_stream(parser, iter_blocks(path)):
+    # line by line (pure Python): the fake source plays these in the agent, which loads no numpy or Arrow
+    lines = iter_lines(path)
+    while batch := list(itertools.islice(lines, 4096)):
+        chunk = parser.feed(batch)
         names, labels = parser.series.names, parser.series.labels
         for i in range(len(series), len(names)):
             spec = own_name_spec(names[i])

@@ -1,9 +1,13 @@
-"""The telemetry writers of the store: samples (batched Arrow inserts), events, the GPU inventory and which
-pod used which GPU, NCCL runs, the ingest ledger, and the retention that rolls raw samples into 1-minute rows.
-`Store` inherits them; pyarrow is imported on first write, so readers never load it."""
+"""The telemetry writers of the store: samples, events, the GPU inventory and which pod used which GPU, NCCL
+runs, the ingest ledger, and the retention that rolls raw samples into 1-minute rows. `Store` inherits them.
+
+Two ways in for samples: replay hands over Arrow tables (pyarrow imported there, on first use); the agent hands
+over its buffer's Sample rows, which go in as one INSERT of `unnest()`ed column lists, so the agent never loads
+pyarrow or numpy (about 40 MiB of its resident memory; bench/agent_overhead.py)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,39 +19,50 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-def _ts_array(ts: Sequence[float] | Any) -> pa.Array:
-    import numpy as np
-    import pyarrow as pa  # here, not at import: readers never load it
-
-    us = np.round(np.asarray(ts, dtype=np.float64) * 1e6).astype("int64")
-    return pa.array(us, type=pa.timestamp("us"))
+def _micros(t: float | None) -> int | None:
+    """Unix seconds -> whole microseconds (what make_timestamp takes), rounded as the Arrow path rounds."""
+    return None if t is None else int(round(t * 1e6))
 
 
-def samples_table(samples: Sequence[Sample]) -> pa.Table:
-    """Rows of Sample -> an Arrow table in the samples column order."""
-    import pyarrow as pa  # here, not at import: readers never load it
+def _ts_param(t: float) -> dt.datetime:
+    """Unix seconds -> the naive UTC datetime a TIMESTAMP parameter takes, exact to the microsecond."""
+    return EPOCH + dt.timedelta(microseconds=round(t * 1e6))
 
-    return pa.table(
-        {
-            "ts": _ts_array([s.ts for s in samples]),
-            "node": pa.array([s.node for s in samples], pa.string()),
-            "gpu": pa.array([s.gpu for s in samples], pa.int16()),
-            "uuid": pa.array([s.uuid for s in samples], pa.string()),
-            "metric": pa.array([s.metric for s in samples], pa.string()),
-            "sub": pa.array([s.sub for s in samples], pa.string()),
-            "value": pa.array([s.value for s in samples], pa.float64()),
-        }
-    )
+
+EPOCH = dt.datetime(1970, 1, 1)
+# column lists -> rows: unnest() of several lists in one SELECT walks them side by side
+_SAMPLE_ROWS = (
+    "INSERT INTO samples SELECT make_timestamp(unnest($1)), unnest($2), unnest($3), unnest($4), "
+    "unnest($5), unnest($6), unnest($7)"
+)
+_EVENT_ROWS = (
+    "INSERT INTO events (ts, node, gpu, uuid, pci_bus_id, kind, code, message, raw, source, detail) "
+    "SELECT make_timestamp(unnest($1)), unnest($2), unnest($3), unnest($4), unnest($5), unnest($6), "
+    "unnest($7), unnest($8), unnest($9), unnest($10), unnest($11)::JSON"
+)
 
 
 class TelemetryWrites(Connection):
     """Writes of what collectors and readers produce. Mixed into Store."""
 
     def write_samples(self, table: pa.Table | Sequence[Sample]) -> int:
-        import pyarrow as pa  # here, not at import: readers never load it
-
-        if not isinstance(table, pa.Table):
-            table = samples_table(table)
+        if isinstance(table, Sequence):  # the agent's rows: no Arrow
+            rows = table
+            if not rows:
+                return 0
+            self.con.execute(
+                _SAMPLE_ROWS,
+                [
+                    [_micros(s.ts) for s in rows],
+                    [s.node for s in rows],
+                    [s.gpu for s in rows],
+                    [s.uuid for s in rows],
+                    [s.metric for s in rows],
+                    [s.sub for s in rows],
+                    [s.value for s in rows],
+                ],
+            ).fetchall()
+            return len(rows)
         if table.num_rows == 0:
             return 0
         self.con.register("_incoming_samples", table)
@@ -60,46 +75,32 @@ class TelemetryWrites(Connection):
         return int(table.num_rows)
 
     def write_events(self, events: Iterable[Event]) -> int:
-        import pyarrow as pa  # here, not at import: readers never load it
-
         evs = list(events)
         if not evs:
             return 0
-        tbl = pa.table(
-            {
-                "ts": pa.array(
-                    [None if e.ts is None else int(round(e.ts * 1e6)) for e in evs], pa.int64()
-                ).cast(pa.timestamp("us")),
-                "node": pa.array([e.node for e in evs], pa.string()),
-                "gpu": pa.array([e.gpu for e in evs], pa.int16()),
-                "uuid": pa.array([e.uuid for e in evs], pa.string()),
-                "pci_bus_id": pa.array([e.pci_bus_id for e in evs], pa.string()),
-                "kind": pa.array([e.kind for e in evs], pa.string()),
-                "code": pa.array([e.code for e in evs], pa.int32()),
-                "message": pa.array([e.message for e in evs], pa.string()),
-                "raw": pa.array([e.raw for e in evs], pa.string()),
-                "source": pa.array([e.source for e in evs], pa.string()),
-                "detail": pa.array(
-                    [dumps_evidence(e.detail) if e.detail else None for e in evs], pa.string()
-                ),
-            }
-        )
-        self.con.register("_incoming_events", tbl)
-        try:
-            self.con.execute(
-                "INSERT INTO events (ts, node, gpu, uuid, pci_bus_id, kind, code, message, raw, source, detail) "
-                "SELECT ts, node, gpu, uuid, pci_bus_id, kind, code, message, raw, source, detail::JSON "
-                "FROM _incoming_events"
-            )
-        finally:
-            self.con.unregister("_incoming_events")
+        self.con.execute(
+            _EVENT_ROWS,
+            [
+                [_micros(e.ts) for e in evs],
+                [e.node for e in evs],
+                [e.gpu for e in evs],
+                [e.uuid for e in evs],
+                [e.pci_bus_id for e in evs],
+                [e.kind for e in evs],
+                [e.code for e in evs],
+                [e.message for e in evs],
+                [e.raw for e in evs],
+                [e.source for e in evs],
+                [dumps_evidence(e.detail) if e.detail else None for e in evs],
+            ],
+        ).fetchall()
         return len(evs)
 
     def upsert_gpus(self, gpus: Iterable[GpuInfo], seen_ts: float) -> None:
         rows = list(gpus)
         if not rows:
             return
-        ts = _ts_array([seen_ts])[0].as_py()
+        ts = _ts_param(seen_ts)
         for g in rows:
             if g.gpu is None and (g.uuid or g.pci_bus_id):  # known only by UUID/PCI id (the driver's lines)
                 self.merge_gpu_identity(g.node, g.uuid, g.pci_bus_id, g.serial, seen_ts)
@@ -141,7 +142,7 @@ class TelemetryWrites(Connection):
             sp = spans.setdefault(k, [u.ts, u.ts])
             sp[0], sp[1] = min(sp[0], u.ts), max(sp[1], u.ts)
         for (node, gpu, uuid, ns, pod, cont), (t0, t1) in spans.items():
-            a, b = _ts_array([t0, t1]).to_pylist()
+            a, b = _ts_param(t0), _ts_param(t1)
             hit = self.scalar(
                 "SELECT count(*) FROM gpu_pods WHERE node = ? AND gpu IS NOT DISTINCT FROM ? AND namespace = ? "
                 "AND pod = ? AND container = ?",
@@ -164,7 +165,7 @@ class TelemetryWrites(Connection):
     ) -> None:
         """What the driver's announcement lines say (PCI id -> UUID, board serial): fill in the GPU row that
         has the same UUID or PCI id, or add one without an index until NVML or dcgm-exporter names it."""
-        ts = _ts_array([seen_ts])[0].as_py()
+        ts = _ts_param(seen_ts)
         hit = self.scalar(
             "SELECT count(*) FROM gpus WHERE node = ? AND (uuid = ? OR (uuid IS NULL AND pci_bus_id = ?))",
             [node, uuid, pci],
@@ -227,7 +228,7 @@ class TelemetryWrites(Connection):
         """One nccl-tests invocation and every row of its table."""
         import pyarrow as pa  # here, not at import: readers never load it
 
-        t = None if ts is None else _ts_array([ts])[0].as_py()
+        t = None if ts is None else _ts_param(ts)
         self.con.execute(
             "INSERT OR REPLACE INTO nccl_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [run_id, t, op, ranks, nodes, avg_busbw_gbps, peak_busbw_gbps, wrong, version, source],
@@ -284,8 +285,8 @@ class TelemetryWrites(Connection):
         """Roll raw samples older than raw_keep_s into 1-minute min/mean/max, drop them, and drop rollups
         older than rollup_keep_s. Whole minutes only, in one transaction. Returns (rolled, dropped)."""
         cutoff_s = (now - raw_keep_s) // 60 * 60
-        cutoff = _ts_array([cutoff_s])[0].as_py()
-        old = _ts_array([now - rollup_keep_s])[0].as_py()
+        cutoff = _ts_param(cutoff_s)
+        old = _ts_param(now - rollup_keep_s)
         self.begin()
         try:
             rolled = self.con.execute(
