@@ -280,3 +280,31 @@ def test_an_xid_reported_by_nvml_and_the_kernel_log_is_stored_once(tmp_path: Pat
     with Store(cfg.db, read_only=True) as st:  # type: ignore[arg-type]
         assert st.rows("SELECT code, source FROM events") == [(79, "nvml")]
     assert ag.event_counts == {("xid", 79): 1} and ag.dedup.dropped == 1
+
+
+def test_the_buffer_is_bounded_in_bytes_and_drops_the_oldest_samples(tmp_path: Path) -> None:
+    from fleettool.agent.config import SAMPLE_BYTES
+    from fleettool.collectors.base import Collected
+    from fleettool.model import Event, Sample
+
+    cfg = AgentConfig(db=tmp_path / "a.duckdb", node=NODE, quiet=True, max_buffer_bytes=1 << 20)
+    ag = Agent(cfg, [])
+    t = 1_800_000_000.0
+    xid = Event(t, NODE, "xid", XID79, gpu=0, code=79, source="kmsg:kmsg")
+    ag._add(Collected(events=[xid]))
+    ag._add(Collected(samples=[Sample(t + i, NODE, 0, None, "gpu_temp_c", float(i)) for i in range(20_000)]))
+    assert ag.buf.nbytes() <= 1 << 20 < 20_000 * SAMPLE_BYTES
+    kept = len(ag.buf.samples)
+    assert ag.stats.dropped_rows == 20_000 - kept > 0
+    assert (
+        ag.buf.samples[-1].value == 19_999.0 and ag.buf.samples[0].value == 20_000 - kept
+    )  # the oldest went
+    assert ag.buf.events == [xid]  # events are kept
+
+
+def test_max_buffer_under_a_mebibyte_is_a_usage_error(tmp_path: Path) -> None:
+    from tests.conftest import run_cli
+
+    r = run_cli("agent", "--db", str(tmp_path / "a.duckdb"), "--max-buffer", "64k", timeout=60)
+    assert r.returncode == 2 and "--max-buffer" in r.stderr and "under 1MiB" in r.stderr
+    assert not (tmp_path / "a.duckdb").exists()

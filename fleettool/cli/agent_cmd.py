@@ -97,7 +97,16 @@ def register(app: typer.Typer) -> None:
         db: Annotated[Path, typer.Option(help="DuckDB file the agent writes")] = DEFAULT_DB,
         node: Annotated[str, typer.Option(help="node name (default: this host)")] = "",
         interval: Annotated[str, typer.Option(help="sampling interval of the cheap gauges")] = "1s",
-        flush: Annotated[str, typer.Option(help="how often buffered rows go to the database")] = "30s",
+        flush: Annotated[
+            str, typer.Option(help="how often buffered rows go to the database (events at once)")
+        ] = "60s",
+        max_buffer: Annotated[
+            str,
+            typer.Option(
+                help="memory for rows held between flushes; past it (a locked or full disk) the oldest samples "
+                "are dropped and counted in agent_dropped_rows_total"
+            ),
+        ] = "64MiB",
         watchdog: Annotated[
             str, typer.Option(help="a collection slower than this marks the collector hung")
         ] = "5s",
@@ -166,6 +175,7 @@ def register(app: typer.Typer) -> None:
             node=name,
             interval_s=ivl,
             flush_s=parse_duration(flush, "--flush"),
+            max_buffer_bytes=_buffer_size(max_buffer),
             watchdog_s=parse_duration(watchdog, "--watchdog"),
             raw_keep_s=parse_duration(raw_retention, "--raw-retention"),
             rollup_keep_s=parse_duration(rollup_retention, "--rollup-retention"),
@@ -300,3 +310,16 @@ def register(app: typer.Typer) -> None:
         print(f"recorded {n} samples and {len(writer.events)} events in {stats.ticks} ticks:")
         for p in paths:
             print(f"  {p}")
+
+
+def _buffer_size(text: str) -> int:
+    """--max-buffer as bytes: at least 1 MiB (a usage error, exit 2, otherwise)."""
+    from fleettool.units import parse_size
+
+    try:
+        n = parse_size(text)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--max-buffer") from None
+    if n < 1 << 20:
+        raise typer.BadParameter(f"{text!r} is under 1MiB", param_hint="--max-buffer")
+    return n

@@ -12,7 +12,7 @@ also takes every line that does not fit the fast path here.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 from fleettool.formats.openmetrics_lines import (
     TS_MAX,
@@ -50,7 +50,6 @@ _TAIL = 48  # the value and the timestamp of a line fit in this many bytes, or t
 def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) -> Chunk:
     """Parse a block of whole lines (bytes) into a Chunk, sharing the parser's series table and issues."""
     import numpy as np
-    import pyarrow as pa
 
     n = len(data)
     if n == 0:
@@ -61,7 +60,23 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
             left = parse_bytes(parser, data[:cut], first_lineno)
             right = parse_bytes(parser, data[cut:], parser.lineno + 1)
             return Chunk(*(np.concatenate((x, y)) for x, y in zip(_cols(left), _cols(right), strict=True)))
-    buf = np.frombuffer(data, np.uint8)
+    pad = np.zeros(n + _PAD, np.uint8)
+    pad[:n] = np.frombuffer(data, np.uint8)
+    return _parse_padded(parser, pad, n, first_lineno)
+
+
+_PAD = 16  # bytes addressable past a block's end (4-byte windows read from every offset)
+
+
+def _parse_padded(parser: ExpositionParser, pad: Any, n: int, first_lineno: int) -> Chunk:
+    """parse_bytes over the first `n` bytes of the uint8 array `pad` (at least n + _PAD long; what lies past n
+    is never read as text). The Arrow views of the block point into `pad`: nothing returned keeps them."""
+    import numpy as np
+    import pyarrow as pa
+
+    if n >= _VIEW_MAX:
+        return parse_bytes(parser, pad[:n].tobytes(), first_lineno)
+    buf = pad[:n]
     # one pass over the bytes: every byte <= '#' (newline, space, '#', and the rarer '"', '!', controls)
     cand = np.flatnonzero(buf <= 35)
     cb = buf[cand]
@@ -106,12 +121,10 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
     fl = linenos[fast]
     if len(fs):
         # Arrow binary views over the block's own bytes (no copy): the series text, the value, the timestamp
-        pad = np.zeros(n + 16, np.uint8)
-        pad[:n] = buf
         win = np.ndarray((n + 13,), dtype="<u4", buffer=pad, strides=(1,))  # 4 bytes from every offset
-        block = pa.py_buffer(data)
+        block = pa.py_buffer(pad)
         series = _views(block, win, fs, f2 - fs)
-        sid_arr = _series_ids(parser, data, series, fs, f2, fl)
+        sid_arr = _series_ids(parser, series, fl)
         vals = _to_floats(_views(block, win, f2 + 1, sp1_fast - f2 - 1))
         tss = _to_floats(_views(block, win, sp1_fast + 1, fe - sp1_fast - 1))
     else:
@@ -134,12 +147,12 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
     bad_vals = np.zeros(len(vals), dtype=bool)
     for i in np.flatnonzero(np.isnan(vals) & ~bad_ts).tolist():
         a, c = int(f2[i]), int(sp1_fast[i])
-        if data[a + 1 : c].strip().lower() != b"nan":
+        if pad[a + 1 : c].tobytes().strip().lower() != b"nan":
             bad_vals[i] = True
     if bad_vals.any() or bad_ts.any():
         for i in np.flatnonzero((bad_vals | bad_ts) & good).tolist():
             if bad_ts[i]:
-                text = data[int(sp1_fast[i]) + 1 : int(fe[i])].decode("utf-8", "replace").strip()
+                text = pad[int(sp1_fast[i]) + 1 : int(fe[i])].tobytes().decode("utf-8", "replace").strip()
                 parser.report(int(fl[i]), ts_message(text))
             else:
                 parser.report(int(fl[i]), "bad number in sample value")
@@ -150,7 +163,7 @@ def parse_bytes(parser: ExpositionParser, data: bytes, first_lineno: int = 1) ->
     if len(slow_idx):
         extra = Chunk([], [], [])
         for i in slow_idx.tolist():
-            line = data[starts[i] : ends[i]].decode("utf-8", "replace")
+            line = pad[starts[i] : ends[i]].tobytes().decode("utf-8", "replace")
             parser.lineno = int(linenos[i]) - 1
             one = parser.feed([line])
             extra.sid.extend(one.sid)
@@ -203,7 +216,7 @@ def _views(block: Any, win: Any, a: Any, ln: Any) -> Any:
     return pa.Array.from_buffers(pa.binary_view(), m, [None, pa.py_buffer(v), block])
 
 
-def _series_ids(parser: ExpositionParser, data: bytes, series: Any, fs: Any, f2: Any, fl: Any) -> Any:
+def _series_ids(parser: ExpositionParser, series: Any, fl: Any) -> Any:
     """The parser's series id of each fast line (-1 for a malformed series, reported at its line).
 
     The block's distinct series texts come from Arrow's hash table (dictionary_encode); only a text not seen
@@ -250,26 +263,76 @@ def _series_ids(parser: ExpositionParser, data: bytes, series: Any, fs: Any, f2:
 BLOCK = 4 << 20  # numpy passes over 4 MiB blocks stay in cache: ~4x faster than over a whole 150 MB file
 
 
-def parse_stream(parser: ExpositionParser, blocks: Iterable[bytes]) -> Iterator[Chunk]:
-    """Parse an iterable of byte blocks (any split) as one file, yielding a Chunk per ~BLOCK bytes of whole
-    lines: memory stays bounded by the block, whatever the length of the file."""
-    parts: list[bytes] = []
+def parse_stream(parser: ExpositionParser, blocks: Iterable[bytes] | BinaryIO) -> Iterator[Chunk]:
+    """Parse an iterable of byte blocks (any split), or a binary file read to its end, as one file, yielding a
+    Chunk per ~BLOCK bytes of whole lines: memory stays bounded by the block, whatever the length of the file.
+
+    The bytes gather in one reused array (a file is read straight into it), parsed in place up to the last
+    line end, the unfinished line then moved to the front: one copy of the text, not a join, a slice, a pad."""
+    import numpy as np
+
+    buf = np.zeros(2 * BLOCK + _PAD, np.uint8)
     size = 0
     lineno = 1
-    for block in blocks:
-        parts.append(block)
-        size += len(block)
-        if size < BLOCK or b"\n" not in block:  # a line longer than BLOCK: gather until it ends
+    readinto = getattr(blocks, "readinto", None)
+    it: Iterator[bytes] = iter(()) if readinto is not None else iter(blocks)  # type: ignore[arg-type]
+    while True:
+        if readinto is not None:
+            if size + READ + _PAD > len(buf):
+                buf = _grown(buf, size, size + READ + _PAD)
+            m = readinto(buf[size : size + READ])
+            if not m:
+                break
+        else:
+            block = next(it, None)
+            if block is None:
+                break
+            m = len(block)
+            if size + m + _PAD > len(buf):
+                buf = _grown(buf, size, size + m + _PAD)
+            buf[size : size + m] = np.frombuffer(block, np.uint8)
+        size += m
+        if size < BLOCK:
             continue
-        data = b"".join(parts)
-        cut = data.rfind(b"\n") + 1
-        rest = data[cut:]
-        yield parse_bytes(parser, data[:cut] if rest else data, lineno)
+        j = _last_newline(buf, size - m, size)
+        if j < 0:  # a line longer than BLOCK: gather until it ends
+            continue
+        cut = j + 1
+        out = _parse_padded(parser, buf, cut, lineno)
         lineno = parser.lineno + 1
-        parts, size = ([rest], len(rest)) if rest else ([], 0)
-    if parts:
-        yield parse_bytes(parser, b"".join(parts), lineno)
+        rest = size - cut
+        if rest:
+            buf[:rest] = buf[cut:size].copy()
+        size = rest
+        yield out
+    if size:
+        yield _parse_padded(parser, buf, size, lineno)
     parser.finish()
+
+
+READ = 1 << 20  # bytes per read of a file handed to parse_stream
+
+
+def _grown(buf: Any, size: int, need: int) -> Any:
+    import numpy as np
+
+    out = np.zeros(max(2 * len(buf), need), np.uint8)
+    out[:size] = buf[:size]
+    return out
+
+
+def _last_newline(buf: Any, lo: int, hi: int) -> int:
+    """The index of the last newline in buf[lo:hi], or -1: looked for in growing windows from the end."""
+    end = hi
+    step = 1 << 16
+    while end > lo:
+        a = max(lo, end - step)
+        j = buf[a:end].tobytes().rfind(b"\n")
+        if j >= 0:
+            return a + j
+        end = a
+        step *= 4
+    return -1
 
 
 def _to_floats(col: Any) -> Any:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
-from fleettool.formats.openmetrics import ExpositionParser, parse_stream
+from fleettool.formats.openmetrics import Chunk, ExpositionParser, parse_stream
 from fleettool.ingest.metric_batches import SAMPLE_BATCH_SCHEMA, BatchIngest, prefetched
 from fleettool.ingest.report import FileReport, IngestOptions
 from fleettool.model import PodUse
-from fleettool.recording.files import iter_blocks
+from fleettool.recording.files import GZIP_MAGIC, iter_blocks
 from fleettool.recording.identify import exposition_timestamps
 from fleettool.recording.times import file_time
 from fleettool.store import Store
@@ -33,12 +33,21 @@ def _metrics(store: Store, path: Path, opts: IngestOptions, rep: FileReport, mil
         rep.time_source = "sample timestamps"
     parser = ExpositionParser(str(path), millis=millis, strict=opts.strict, default_ts=default_ts)
     ing = BatchIngest(parser, opts.node or "unknown")
-    # the first read here, in the file's own thread: it binds the read's bound and notes (recording.files'
-    # watch_reads); DuckDB then pulls the rest from its own threads, block by block
-    blocks = iter_blocks(path, READ_SIZE)
-    first = next(blocks, None)
-    stream = parse_stream(parser, blocks if first is None else chain([first], blocks))
+    with open(path, "rb") as f:
+        plain = f.read(2) != GZIP_MAGIC
+    if plain:  # read straight into the parser's buffer (parse_stream over the open file)
+        with open(path, "rb", buffering=0) as raw:
+            _insert(store, ing, parse_stream(parser, raw), rep)
+    else:
+        # the first read here, in the file's own thread: it binds the read's bound and notes (recording.files'
+        # watch_reads); DuckDB then pulls the rest from its own threads, block by block
+        blocks = iter_blocks(path, READ_SIZE)
+        first = next(blocks, None)
+        _insert(store, ing, parse_stream(parser, blocks if first is None else chain([first], blocks)), rep)
+    _after(store, parser, ing, opts, rep)
 
+
+def _insert(store: Store, ing: BatchIngest, stream: Iterator[Chunk], rep: FileReport) -> None:
     def batches() -> Iterator[object]:
         for chunk in stream:
             b = ing.batch(chunk)
@@ -50,6 +59,11 @@ def _metrics(store: Store, path: Path, opts: IngestOptions, rep: FileReport, mil
                 yield b
 
     rep.rows += store.write_sample_batches(SAMPLE_BATCH_SCHEMA, prefetched(batches()))  # type: ignore[arg-type]
+
+
+def _after(
+    store: Store, parser: ExpositionParser, ing: BatchIngest, opts: IngestOptions, rep: FileReport
+) -> None:
     rep.issues.extend(parser.issues)
     rep.nodes.update(n for n in ing.map.node if n)
     if not opts.node and "unknown" in rep.nodes:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from fleettool.formats.errors import ParseError
@@ -74,19 +76,29 @@ def _ingest_one(store: Store, path: Path, root: Path, opts: IngestOptions) -> Fi
     if reader is None:
         rep.skipped = ident.why or f"no reader for {ident.format}"
         return rep
-    try:
-        digest = digest_file(path)
-    except OSError as e:
-        rep.skipped = f"cannot read it ({e.strerror or e})"
-        return rep
-    if store.seen_digest(digest):
-        rep.skipped = "already ingested (same content)"
-        rep.ignored = True
-        return rep
+    later = _digest_alongside(store, path)
+    if later is None:
+        try:
+            digest = digest_file(path)
+        except OSError as e:
+            rep.skipped = f"cannot read it ({e.strerror or e})"
+            return rep
+        if store.seen_digest(digest):
+            rep.skipped = "already ingested (same content)"
+            rep.ignored = True
+            return rep
     store.begin()
     try:
         with watch_reads(opts.max_bytes) as notes:
             reader(store, path, opts, rep)
+        if later is not None:
+            try:
+                digest = later()
+            except OSError as e:
+                store.rollback()
+                rep.rows = rep.events = rep.runs = 0
+                rep.skipped = f"cannot read it ({e.strerror or e})"
+                return rep
         if rep.skipped:  # the reader found nothing it could store
             store.rollback()
             rep.rows = rep.events = rep.runs = 0
@@ -121,6 +133,39 @@ def _ingest_one(store: Store, path: Path, root: Path, opts: IngestOptions) -> Fi
     if not opts.quiet:
         _print_issues(rep, path, opts)
     return rep
+
+
+DIGEST_ALONGSIDE = 32 << 20  # a file this large is hashed in a thread of its own while its reader runs
+
+
+def _digest_alongside(store: Store, path: Path) -> Callable[[], str] | None:
+    """For a large file going into a store that has ingested nothing yet (so no digest can be seen there): its
+    content digest computed in a thread while the reader parses it (hashlib drops the GIL: the hash takes the
+    other core), and a call that waits for it. None otherwise: the digest is taken first, and checked."""
+    try:
+        if path.stat().st_size < DIGEST_ALONGSIDE or store.scalar("SELECT count(*) FROM ingests"):
+            return None
+    except OSError:
+        return None
+    out: list[str] = []
+    err: list[OSError] = []
+
+    def work() -> None:
+        try:
+            out.append(digest_file(path))
+        except OSError as e:
+            err.append(e)
+
+    th = threading.Thread(target=work, name="fleettool-digest", daemon=True)
+    th.start()
+
+    def wait() -> str:
+        th.join()
+        if err:
+            raise err[0]
+        return out[0]
+
+    return wait
 
 
 def _print_issues(rep: FileReport, path: Path, opts: IngestOptions) -> None:
