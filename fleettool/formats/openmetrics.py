@@ -192,27 +192,32 @@ def _cols(c: Chunk) -> tuple[Any, Any, Any]:
 def _views(block: Any, win: Any, a: Any, ln: Any) -> Any:
     """A binary_view array of the byte ranges [a, a + ln) of `block`, without copying them: Arrow's view
     layout is the length, then the bytes inline when they fit in 12 (zero-padded), else a 4-byte prefix, the
-    buffer index and the offset. `win[i]` is the 4 bytes from offset i of the zero-padded block (little-endian,
-    as Arrow's buffers are)."""
+    buffer index and the offset. `win[i]` is the 4 bytes from offset i of the block (little-endian, as Arrow's
+    buffers are; the block addressable 12 bytes past its end, whatever they hold: inline bytes past a length
+    are masked off). A column all long (series texts) or all short (most values) takes no boolean indexing."""
     import numpy as np
     import pyarrow as pa
 
     m = len(a)
     ln = ln.astype(np.int32)
-    v = np.empty((m, 4), np.int32)
+    v = np.zeros((m, 4), np.int32)
     v[:, 0] = ln
     w = v.view("<u4")
-    w[:, 1] = win[a]  # the prefix, or the first 4 inline bytes
     short = ln <= 12
-    long = ~short
-    v[long, 2] = 0
-    v[long, 3] = a[long]
-    if short.any():
-        sa, sl = a[short], ln[short].astype(np.int64)
-        for k in (0, 1, 2):  # inline bytes past the length are zero
-            keep = np.clip(sl - 4 * k, 0, 4) * 8
-            mask = ((np.int64(1) << keep) - 1).astype("<u4")
-            w[short, k + 1] = (win[sa + 4 * k] if k else w[short, 1]) & mask
+    n_short = int(np.count_nonzero(short))
+    if n_short:
+        masks = np.array([0, 0xFF, 0xFFFF, 0xFFFFFF, 0xFFFFFFFF], dtype="<u4")
+        for k in (0, 1, 2):  # the inline bytes, those past the length zero
+            w[:, k + 1] = win[a + 4 * k] & masks[np.clip(ln - 4 * k, 0, 4)]
+    if n_short < m:
+        if n_short:
+            long = ~short
+            v[long, 2] = 0
+            v[long, 3] = a[long]
+            w[long, 1] = win[a[long]]
+        else:
+            w[:, 1] = win[a]  # the prefix
+            v[:, 3] = a
     return pa.Array.from_buffers(pa.binary_view(), m, [None, pa.py_buffer(v), block])
 
 
