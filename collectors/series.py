@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from fleettool.collectors.series_map import (
     GPU_INDEX_MAX,
@@ -47,6 +46,8 @@ class MetricsIngest(SeriesMapper):
     """Turns parser chunks into Arrow tables in the samples layout."""
 
     def table(self, chunk: Chunk) -> pa.Table:
+        import pyarrow.compute as pc  # here: the streaming ingest (ingest.metric_batches) never loads it
+
         self._extend()
         sm = self.map
         sid = np.asarray(chunk.sid, dtype=np.int64)

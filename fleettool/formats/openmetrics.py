@@ -228,9 +228,8 @@ def _series_ids(parser: ExpositionParser, series: Any, fl: Any) -> Any:
     before costs Python: new series are added, and malformed ones reported on each of their lines, in line
     order (series ids are given in order of first appearance, as the line-by-line parser gives them)."""
     import numpy as np
-    import pyarrow.compute as pc
 
-    enc = pc.dictionary_encode(series)
+    enc = _call("dictionary_encode", series)
     idx = enc.indices.to_numpy()
     keys = enc.dictionary.to_pylist()
     bids = parser.byte_ids
@@ -344,10 +343,9 @@ def _to_floats(col: Any) -> Any:
     """Arrow string column of sample values -> float64 numpy array; unparseable values become NaN."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     try:
-        return pc.cast(col, pa.float64()).to_numpy()
+        return _call("cast", col, to=pa.float64()).to_numpy()
     except pa.ArrowInvalid:
         out = np.empty(len(col))
         for i, s in enumerate(col.to_pylist()):
@@ -356,3 +354,16 @@ def _to_floats(col: Any) -> Any:
             except (TypeError, ValueError):
                 out[i] = np.nan
         return out
+
+
+def _call(fn: str, arr: Any, to: Any = None) -> Any:
+    """Arrow's compute function `fn` ("cast" to `to`, safe, or "dictionary_encode") on `arr`, through
+    pyarrow._compute: importing pyarrow.compute, which builds a Python wrapper of every function, costs ~25 ms
+    of each command's start-up (pyarrow.compute where the private module is not there)."""
+    try:
+        from pyarrow._compute import CastOptions, call_function
+    except ImportError:  # pragma: no cover - a pyarrow without the module
+        import pyarrow.compute as pc
+
+        return pc.cast(arr, to) if fn == "cast" else pc.dictionary_encode(arr)
+    return call_function(fn, [arr], CastOptions.safe(to) if fn == "cast" else None)

@@ -3,21 +3,40 @@
 Registration is this one table, one way: the reader modules know nothing of it. A new format is one module
 with a function `(store, path, opts, report) -> None` and one line here (and its identification in
 recording.identify).
+
+A reader's module is imported when a file of its format is first read, not before: a replay of one
+dcgm-exporter file never loads the kernel-log, nccl-tests or nvidia-smi parsers, and a replay of kernel logs
+never loads numpy and Arrow (the metrics reader's).
 """
 
 from __future__ import annotations
 
-from fleettool.ingest import read_kernel, read_metrics, read_nccl, read_smi
-from fleettool.ingest.report import Reader
+import importlib
+from pathlib import Path
+
+from fleettool.ingest.report import FileReport, IngestOptions, Reader
+from fleettool.store import Store
+
+
+def _lazy(module: str, name: str) -> Reader:
+    """The reader `name` of fleettool.ingest.`module`, imported on its first call."""
+
+    def reader(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
+        fn: Reader = getattr(importlib.import_module(f"fleettool.ingest.{module}"), name)
+        fn(store, path, opts, rep)
+
+    reader.__name__ = reader.__qualname__ = name
+    return reader
+
 
 READERS: dict[str, Reader] = {
-    "openmetrics": read_metrics.read_openmetrics,
-    "prometheus": read_metrics.read_prometheus,
-    "kmsg": read_kernel.read_kernel_log,
-    "kmsg-journal-json": read_kernel.read_journal_json,
-    "kmsg-raw": read_kernel.read_dev_kmsg,
-    "nccl-tests": read_nccl.read_nccl_text,
-    "nccl-tests-json": read_nccl.read_nccl_json,
-    "nvidia-smi-text": read_smi.read_smi_text,
-    "nvidia-smi-xml": read_smi.read_smi_xml,
+    "openmetrics": _lazy("read_metrics", "read_openmetrics"),
+    "prometheus": _lazy("read_metrics", "read_prometheus"),
+    "kmsg": _lazy("read_kernel", "read_kernel_log"),
+    "kmsg-journal-json": _lazy("read_kernel", "read_journal_json"),
+    "kmsg-raw": _lazy("read_kernel", "read_dev_kmsg"),
+    "nccl-tests": _lazy("read_nccl", "read_nccl_text"),
+    "nccl-tests-json": _lazy("read_nccl", "read_nccl_json"),
+    "nvidia-smi-text": _lazy("read_smi", "read_smi_text"),
+    "nvidia-smi-xml": _lazy("read_smi", "read_smi_xml"),
 }
