@@ -3,7 +3,10 @@
 # machine has) and the fake 8-GPU run with the H200's call costs, each next to its bare nvidia-ml-py loop,
 # through bench/agent_overhead.py. JSONs (and the agents' stderr) go to $OUT.
 #
-#   bash bench/device_agent.sh [SECONDS]      # default 180 s windows; about 6 minutes in all
+#   bash bench/device_agent.sh [SECONDS]      # default 180 s windows; about 8 minutes in all
+#
+# Then (EVENT_LATENCY=0 skips it) bench/event_latency.py as root: kernel-log XID -> alert, 3 rounds of the fake
+# source's 8 GPUs and 6 rounds of the live GPUs, next to a bare /dev/kmsg reader.
 #
 # The device image has Python 3.12 with numpy, pyarrow, nvidia-ml-py, prometheus-client, pyyaml, rich and
 # typer but no duckdb (and not typer 0.29's pydantic): what is missing comes from the carried .whl folder
@@ -67,5 +70,11 @@ wait $p1; r1=$?
 wait $p2; r2=$?
 cp /tmp/ab-nvml/agent.stderr "$OUT/agent-nvml.stderr" 2>/dev/null
 cp /tmp/ab-fake8/agent.stderr "$OUT/agent-fake8.stderr" 2>/dev/null
-echo "== done: nvml rc=$r1 fake rc=$r2; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
-[ "$r1" = 0 ] && [ "$r2" = 0 ]
+r3=0
+if [ "${EVENT_LATENCY:-1}" = 1 ]; then  # after the overhead runs: their agents read /dev/kmsg too
+  echo "== event latency: kernel-log XID 79 -> alert (fake 8 GPUs, then the live GPUs by their NVML PCI ids)"
+  "$PY" "$REPO/bench/event_latency.py" --rounds 3 --gap 1 --json "$OUT/event-latency-fake8.json" || r3=1
+  "$PY" "$REPO/bench/event_latency.py" --source nvml --rounds 6 --gap 1 --json "$OUT/event-latency-nvml.json" || r3=1
+fi
+echo "== done: nvml rc=$r1 fake rc=$r2 latency rc=$r3; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
+[ "$r1" = 0 ] && [ "$r2" = 0 ] && [ "$r3" = 0 ]

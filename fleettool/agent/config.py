@@ -29,9 +29,11 @@ class AgentConfig:
     quiet: bool = False
     export_to: str | None = None  # a fleet location: Parquet segments of every whole hour go there
     export_every_s: float = 3600.0
-    # DuckDB's buffer memory and threads for the flush and the rules (a rule pass over a 7-day store peaked at
-    # 246 MiB RSS with the defaults, 121 MiB with these; the rules' CPU is the same: their cost is planning)
-    duckdb_memory: str = "32MB"
+    # DuckDB's buffer memory and threads for the flush and the rules. Every built-in rule over a 7-day store of
+    # 8 GPUs (73.7 M samples), measured on the dev box: RSS +246 MiB with DuckDB's defaults, +41 MiB at 32MB,
+    # +25 MiB at 16MB (same CPU: a rule's cost is planning, ~2.5 ms, and a short scan); 8MB runs out of memory
+    # in the peer rules
+    duckdb_memory: str = "16MB"
     duckdb_threads: int = 1
 
 

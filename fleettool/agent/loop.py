@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from fleettool.agent import memory
 from fleettool.agent.config import SAMPLE_BYTES, AgentConfig, AgentStats, Buffer
 from fleettool.agent.dedup import XidDedup
 from fleettool.agent.flush import URGENT_EVENT_KINDS, due, flush_buffer
@@ -112,6 +113,7 @@ class Agent:
             self._event(now, msg, c.id)
 
     def run(self) -> AgentStats:
+        memory.limit_arenas()  # before the collectors' threads start
         self.start()
         t_end = None if self.cfg.duration_s is None else time.monotonic() + self.cfg.duration_s
         next_tick = time.monotonic()
@@ -305,6 +307,7 @@ class Agent:
         event came), export and retention. False when the buffer could not be written (it is kept)."""
         urgent, self._urgent = self._urgent, False
         ok = flush_buffer(self, final=final, urgent=urgent)
+        memory.trim()  # the rule pass's peak goes back to the kernel, not kept until the next one
         if not ok and urgent:
             self._urgent = True  # still to be judged at once: the next tick tries again
         return ok
