@@ -203,3 +203,21 @@ def test_views_are_valid_arrow_and_hold_the_ranges() -> None:
     arr = om._views(pa.py_buffer(data), win, starts, lens)
     arr.validate(full=True)
     assert arr.to_pylist() == [data[a : a + k] for a, k in zip(starts.tolist(), lens.tolist(), strict=True)]
+
+
+def test_digest_taken_alongside_the_reader_is_the_files_own(tmp_path: Path, monkeypatch: Any) -> None:
+    """A large file going into an empty store is hashed in a thread while it is parsed: the digest recorded is
+    the file's sha256 all the same, and a second replay of it is seen as already ingested."""
+    import hashlib
+
+    import fleettool.ingest.run as run
+
+    monkeypatch.setattr(run, "DIGEST_ALONGSIDE", 0)
+    src = tmp_path / "d.om"
+    src.write_bytes(gzip.decompress((SCENARIOS / "pcie-width-degraded" / "dcgm-exporter.om.gz").read_bytes()))
+    with Store(tmp_path / "s.duckdb") as s:
+        first = ingest(s, src, IngestOptions(quiet=True))[0]
+        assert first.rows > 0 and not first.skipped
+        assert s.scalar("SELECT digest FROM ingests") == hashlib.sha256(src.read_bytes()).hexdigest()
+        again = ingest(s, src, IngestOptions(quiet=True))[0]
+        assert again.skipped == "already ingested (same content)" and again.rows == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -281,3 +282,37 @@ def test_fuzz_prometheus_like_text_invariants(lines: list[str]) -> None:
         MetricsIngest(strict, "n").table(parse_bytes(strict, data))
     except ParseError as e:
         assert str(e).startswith("fuzz:")
+
+
+def test_stream_over_an_open_file_equals_blocks_and_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """parse_stream reading a file straight into its buffer (readinto) parses what the same bytes give as
+    blocks and as one whole: across reads and blocks, a line longer than a block (the buffer grows), the
+    unfinished line carried to the front, and no newline at the end."""
+    import fleettool.formats.openmetrics as om
+
+    raw = gzip.decompress((SCENARIOS / "pcie-width-degraded" / "dcgm-exporter.om.gz").read_bytes())
+    long_line = b'm{a="' + b"x" * 300_000 + b'"} 1 1714564800\n'
+    cut = raw.index(b"\n", len(raw) // 2) + 1
+    raw = raw[:cut] + long_line + raw[cut:].rstrip(b"\n").replace(b"# EOF", b"")
+    path = tmp_path / "f.om"
+    path.write_bytes(raw)
+    whole = ExpositionParser("f")
+    c = parse_bytes(whole, raw)
+    monkeypatch.setattr(om, "BLOCK", 100_000)
+    monkeypatch.setattr(om, "READ", 33_333)
+    for source in ("file", "blocks"):
+        p = ExpositionParser("f")
+        if source == "file":
+            with open(path, "rb", buffering=0) as f:
+                chunks = list(parse_stream(p, f))
+        else:
+            chunks = list(parse_stream(p, [raw[i : i + 33_333] for i in range(0, len(raw), 33_333)]))
+        assert len(chunks) > 5
+        sids = [int(s) for ch in chunks for s in ch.sid]
+        assert [p.series.names[s] for s in sids] == [whole.series.names[s] for s in c.sid]
+        assert [float(t) for ch in chunks for t in ch.ts] == [float(t) for t in c.ts]
+        assert [float(v) for ch in chunks for v in ch.value] == [float(v) for v in c.value]
+        assert [str(i) for i in p.issues] == [str(i) for i in whole.issues]
+        assert p.lineno == whole.lineno

@@ -75,3 +75,23 @@ def test_one_incident_per_fault(tmp_path: Path) -> None:
     xids = sorted(f["key"] for f in ev["findings"] if f["rule"] == "GpuXid")
     assert xids == ["xid:48", "xid:63"]
     assert any(e["code"] == 48 for f in ev["findings"] for e in f.get("events", []))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_rules_two_at_a_time_find_the_same(name: str, tmp_path: Path) -> None:
+    """replay evaluates the rules two at a time, each thread on its own cursor: the same incidents, findings
+    and order as one at a time."""
+    from fleettool.engine.evaluate import evaluate
+    from fleettool.engine.rules import load_rules
+    from fleettool.ingest.report import IngestOptions
+    from fleettool.ingest.run import ingest
+    from fleettool.store import Store
+
+    rules = load_rules()
+    with Store(tmp_path / "s.duckdb") as s:
+        ingest(s, SCENARIOS / name, IngestOptions(quiet=True))
+        one = evaluate(s, rules)
+        two = evaluate(s, rules, workers=2)
+    assert [(i.node, i.gpu, i.key, repr(i.findings)) for i in two] == [
+        (i.node, i.gpu, i.key, repr(i.findings)) for i in one
+    ]
