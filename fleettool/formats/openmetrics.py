@@ -77,8 +77,9 @@ def _parse_padded(parser: ExpositionParser, pad: Any, n: int, first_lineno: int)
     if n >= _VIEW_MAX:
         return parse_bytes(parser, pad[:n].tobytes(), first_lineno)
     buf = pad[:n]
-    # one pass over the bytes: every byte <= '#' (newline, space, '#', and the rarer '"', '!', controls)
-    cand = np.flatnonzero(buf <= 35)
+    # one pass over the bytes for every byte <= ' ' (newlines, spaces, controls), one for '#': not a single
+    # pass over every byte <= '#', which takes the labels' quotes too (~3x the positions to gather)
+    cand = np.flatnonzero(buf <= 32)
     cb = buf[cand]
     nl = cand[cb == 10]
     starts = np.concatenate(([0], nl + 1))
@@ -110,7 +111,7 @@ def _parse_padded(parser: ExpositionParser, pad: Any, n: int, first_lineno: int)
         & (ends - sp2 <= _TAIL)
     )
     # a '#' inside a line means an OpenMetrics exemplar: leave those lines to the slow path
-    hashes = cand[cb == 35]
+    hashes = np.flatnonzero(buf == 35)
     if len(hashes):
         fast &= (np.searchsorted(hashes, ends) - np.searchsorted(hashes, starts)) == 0
     slow_idx = np.flatnonzero(~fast)
