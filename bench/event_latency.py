@@ -113,12 +113,17 @@ def one_round(a: argparse.Namespace, rnd: int, bare: BareReader) -> tuple[list[d
         cmd += ["--gpus", str(a.gpus)]
     cmd += ["--dcgm-exporter", "off", "--metrics-port", str(a.port), "--metrics-addr", "127.0.0.1"]
     errlog = (work / "agent.stderr").open("w")  # noqa: SIM115 - open for the agent's whole life
-    agent = subprocess.Popen(cmd, stderr=errlog)
+    # cwd: the work directory, so `python -m fleettool` takes the installed package, not a source tree here
+    agent = subprocess.Popen(cmd, stderr=errlog, cwd=work)
     probes: list[dict[str, object]] = []
     try:
         end = time.monotonic() + 60
         while "fleettool_agent_collector_up" not in _metrics(a.port) and time.monotonic() < end:
             time.sleep(0.2)
+        if agent.poll() is not None:
+            errlog.flush()
+            print((work / "agent.stderr").read_text()[-1500:], file=sys.stderr)
+            raise SystemExit(f"the agent exited ({agent.returncode}) at start-up: {cmd}")
         time.sleep(5)  # past the start-up flush and the first rules
         with open("/dev/kmsg", "w") as kmsg:
             for i, pci in enumerate(pcis):
@@ -145,6 +150,10 @@ def one_round(a: argparse.Namespace, rnd: int, bare: BareReader) -> tuple[list[d
                 }
                 probes.append(p)
                 print(json.dumps(p), flush=True)
+                if m_s is None and agent.poll() is not None:
+                    errlog.flush()
+                    print((work / "agent.stderr").read_text()[-1500:], file=sys.stderr)
+                    raise SystemExit(f"the agent exited ({agent.returncode}) before its alert was seen")
                 time.sleep(a.gap)
     finally:
         agent.terminate()

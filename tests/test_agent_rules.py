@@ -58,3 +58,51 @@ def test_agent_raises_an_alert_for_an_injected_thermal_fault(tmp_path: Path) -> 
     assert [(a["rule"], a["node"], a["gpu"], a["category"]) for a in out] == [
         ("GpuThermalSlowdown", "fake-node", 2, "thermal")
     ]
+
+
+def _fleet_minutes(t0: float, seconds: int) -> list[Sample]:
+    """4 GPUs every 5 s: GPU 2 thermally slowed from 5 min on, GPU 1 takes a double-bit error at 12 min and
+    its bank count runs out; GPU 3 dips under its PCIe width for 30 s (shorter than the rule's `for`)."""
+    out = []
+    for s in range(0, seconds, 5):
+        for g in range(4):
+            u = f"GPU-{g}"
+            hot = g == 2 and s >= 300
+            out += [
+                Sample(t0 + s, "n", g, u, "clock_event_reasons", float(0x40 if hot else 0x4)),
+                Sample(t0 + s, "n", g, u, "ecc_dbe_volatile", 1.0 if g == 1 and s >= 720 else 0.0),
+                Sample(t0 + s, "n", g, u, "remap_uncorrectable_rows", 512.0 if g == 1 and s >= 720 else 0.0),
+                Sample(t0 + s, "n", g, u, "pcie_link_width", 8.0 if g == 3 and 400 <= s < 430 else 16.0),
+                Sample(t0 + s, "n", g, u, "gpu_temp_c", 88.0 if hot else 60.0),
+            ]
+        out.append(Sample(t0 + s, "n", None, None, "gpu_count", 4.0))
+    return out
+
+
+def test_the_prefilter_skips_only_rules_with_nothing_to_find(tmp_path: Path) -> None:
+    import shutil
+
+    t0 = 1_800_000_000.0
+    base = tmp_path / "base.duckdb"
+    with Store(base) as st:
+        st.write_samples(_fleet_minutes(t0, 1500))
+    got = {}
+    for on in (True, False):
+        db = tmp_path / f"prefilter-{on}.duckdb"
+        shutil.copy(base, db)
+        sched = RuleScheduler(load_rules(), prefilter=on)
+        with Store(db) as st:
+            for now in range(300, 1501, 60):
+                sched.run(st, t0 + now)
+            got[on] = st.rows(
+                "SELECT rule, gpu, state, epoch(first_seen), epoch(last_seen), summary FROM alerts ORDER BY ALL"
+            )
+        if on:
+            assert sched.skipped > 0
+            skipped = sched.skipped
+    assert got[True] == got[False]  # the same alerts, to the second
+    fired = {(r[0], r[1]) for r in got[True]}
+    # (the double-bit error and the exhausted remaps are one memory incident on GPU 1)
+    assert {("GpuThermalSlowdown", 2), ("GpuUncorrectableRemapsExhausted", 1)} <= fired
+    assert not any(r[1] == 3 for r in got[True])  # 30 s under width is shorter than the rule's `for`
+    assert skipped >= 100  # most threshold evaluations on a mostly healthy node found nothing to do

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fleettool.engine import prefilter
 from fleettool.engine.evaluate import evaluate_rule, fold, write_alerts
 from fleettool.engine.rules import Rule
 from fleettool.store import Store
@@ -47,6 +48,10 @@ class RuleScheduler:
     rules: list[Rule]
     last: dict[str, float] = field(default_factory=dict)
     evaluations: int = 0
+    prefilter: bool = (
+        True  # skip the threshold rules one query shows to have nothing to find (engine/prefilter)
+    )
+    skipped: int = 0
 
     def due(self, now: float, *, urgent_too: bool = False) -> list[Rule]:
         out = []
@@ -67,8 +72,12 @@ class RuleScheduler:
         if not due:
             return 0
         findings = []
-        for r in due:
-            findings.extend(evaluate_rule(store, r, now - lookback(r), now))
+        windows = [(r, now - lookback(r), now) for r in due]
+        skip = prefilter.quiet(store, windows) if self.prefilter else set()
+        self.skipped += len(skip)
+        for r, start, end in windows:
+            if r.alert not in skip:
+                findings.extend(evaluate_rule(store, r, start, end))
             self.last[r.alert] = now
         self.evaluations += 1
         return write_alerts(store, fold(findings, now))
