@@ -76,5 +76,8 @@ if [ "${EVENT_LATENCY:-1}" = 1 ]; then  # after the overhead runs: their agents 
   "$PY" "$REPO/bench/event_latency.py" --rounds 3 --gap 1 --json "$OUT/event-latency-fake8.json" || r3=1
   "$PY" "$REPO/bench/event_latency.py" --source nvml --rounds 6 --gap 1 --json "$OUT/event-latency-nvml.json" || r3=1
 fi
-echo "== done: nvml rc=$r1 fake rc=$r2 latency rc=$r3; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
+echo "== the rules over the 8-GPU 7-day store, rule by rule and per minute (bench/agent_rules_cost.py)"
+BIG=$(ls -S "$CACHE"/store-*.duckdb 2>/dev/null | head -1)
+[ -n "$BIG" ] && "$PY" "$REPO/bench/agent_rules_cost.py" "$BIG" --json "$OUT/agent-rules-cost.json" || r3=1
+echo "== done: nvml rc=$r1 fake rc=$r2 latency/rules rc=$r3; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
 [ "$r1" = 0 ] && [ "$r2" = 0 ] && [ "$r3" = 0 ]
