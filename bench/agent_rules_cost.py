@@ -18,20 +18,17 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from fleettool.agent.config import AgentConfig  # noqa: E402
-from fleettool.engine.evaluate import evaluate_rule  # noqa: E402
-from fleettool.engine.incremental import RuleScheduler, cadence, lookback  # noqa: E402
-from fleettool.engine.rules import load_rules  # noqa: E402
-from fleettool.pipeline import Pipeline  # noqa: E402
-from fleettool.store import Store  # noqa: E402
+# fleettool as installed (a source tree is not importable as such: collectors/ is fleettool.collectors)
+from fleettool.agent.config import AgentConfig
+from fleettool.engine.evaluate import evaluate_rule
+from fleettool.engine.incremental import RuleScheduler, cadence, lookback
+from fleettool.engine.rules import load_rules
+from fleettool.pipeline import Pipeline
+from fleettool.store import Store
 
 
 def _open(db: Path) -> Store:

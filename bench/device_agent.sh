@@ -51,6 +51,11 @@ print("fleettool from", fleettool.__file__, "| duckdb", duckdb.__version__, "| p
       "| numpy", numpy.__version__, "| typer", typer.__version__)') || exit 1
 nvidia-smi --query-gpu=name,driver_version,count --format=csv,noheader 2>/dev/null | head -2
 
+echo "== NVML reads and event path (bench/nvml_probe.py)"
+"$PY" "$REPO/bench/nvml_probe.py" > "$OUT/nvml-probe.json" && "$PY" -c "
+import json; d = json.load(open('$OUT/nvml-probe.json'))
+print({k: d[k] for k in ('driver', 'count', 'events_registered', 'events_wait_fd', 'events_in_2s', 'close_ms')})"
+
 BENCH=("$PY" "$REPO/bench/agent_overhead.py" --seconds "$WIN" --cache-dir "$CACHE")
 NVML=(--source nvml --json "$OUT/agent-nvml.json" --workdir /tmp/ab-nvml)
 FAKE=(--source fake --gpus 8 --json "$OUT/agent-fake8.json" --workdir /tmp/ab-fake8)
