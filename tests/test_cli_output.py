@@ -68,3 +68,21 @@ def test_alerts_list_a_firing_warning_above_a_resolved_critical(db: Path) -> Non
     assert [a["alert_id"] for a in json.loads(r.stdout)] == ["critical", "warning", "old-critical"]
     table = run_cli("alerts", "--db", str(db)).stdout.splitlines()
     assert [line.split()[0] for line in table] == ["ALERT_ID", "critical", "warning", "old-critical"]
+
+
+def test_burnin_table_keeps_brackets_in_reasons(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fleettool.burnin.report import BurninReport
+    from fleettool.burnin.verdict import Result, Verdict
+    from fleettool.cli.burnin_cmd import _print_table
+
+    monkeypatch.setenv("COLUMNS", "200")
+    why = "torch is not installed (pip install 'fleettool[burnin]')"
+    rep = BurninReport(
+        "r1", "n1", 0.0, results=[Result("n1", None, "gemm-bf16", Verdict.INCONCLUSIVE, reason=why)]
+    )
+    _print_table(rep, 7)
+    out, err = capsys.readouterr()
+    assert why in out  # not eaten as a style tag
+    assert err.strip() == "burn-in n1: exit code 7 (INCONCLUSIVE)"

@@ -86,13 +86,13 @@ READERS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
 ]
 # writers that create a new store, and those that need an existing one
 CREATORS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
-    (("silence", "add"), ("--node", "gpu-17", "--for", "1h")),
     (("node",), ("gpu-17", "suspect", "-m", "test")),
     (("agent",), AGENT),
     (("replay",), ("{fixture}", "-q")),
     (("burnin",), ("--node", "{host}", "--backend", "cpu", "--tests", "gemm")),
 ]
 NEEDERS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
+    (("silence", "add"), ("--node", "gpu-17", "--for", "1h")),  # a silence in a new file would silence nothing
     (("alerts", "ack"), ("0123456789abcdef",)),
     (("alerts", "resolve"), ("0123456789abcdef",)),
     (("silence", "expire"), ("0123456789ab",)),

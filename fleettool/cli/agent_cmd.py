@@ -318,8 +318,10 @@ def _buffer_size(text: str) -> int:
 
     try:
         n = parse_size(text)
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--max-buffer") from None
+    except ValueError:
+        raise typer.BadParameter(
+            f"not a size: {text!r} (use e.g. 64MiB, 256M)", param_hint="--max-buffer"
+        ) from None
     if n < 1 << 20:
         raise typer.BadParameter(f"{text!r} is under 1MiB", param_hint="--max-buffer")
     return n

@@ -134,7 +134,7 @@ def silence_add(
 
     now = time.time()
     until = now + parse_duration(for_, "--for")
-    with open_store(db, read_only=False) as store:
+    with open_store(db, read_only=False, create=False) as store:
         try:
             sid = add_silence(
                 store,

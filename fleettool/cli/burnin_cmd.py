@@ -40,6 +40,7 @@ def _is_local(node: str) -> bool:
 
 def _print_table(rep: Any, code: int) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=f"burn-in {rep.node} ({rep.run_id})")
@@ -55,14 +56,15 @@ def _print_table(rep: Any, code: int) -> None:
     for r in rep.results:
         t.add_row(
             "-" if r.gpu is None else str(r.gpu),
-            r.test,
+            escape(r.test),
             f"[{colour[r.verdict.value]}]{r.verdict.value}[/]",
             "" if r.figure is None else f"{r.figure:g} {r.unit}",
             "" if r.floor is None else f"{r.floor:g}",
-            r.reason,
+            escape(r.reason),  # a reason may hold brackets: pip install 'fleettool[burnin]'
         )
     Console().print(t)
-    print(f"exit code {code}", file=sys.stderr)
+    verdicts = sorted({r.verdict.value for r in rep.results})
+    print(f"burn-in {rep.node}: exit code {code} ({', '.join(verdicts) or 'no tests'})", file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:
