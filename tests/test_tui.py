@@ -70,9 +70,9 @@ def test_keys_ack_and_silence_write_to_the_store(db: Path) -> None:
         async with app.run_test(size=(160, 48)) as pilot:
             table = app.query_one("#alerts", DataTable)
             await _settle(pilot, lambda: table.row_count == 2)
-            await pilot.press("a")
+            await pilot.press("a", "y")
             await _settle(pilot, lambda: bool(app.rows) and app.rows[0]["acknowledged"])
-            await pilot.press("down", "s")
+            await pilot.press("down", "s", "y")
             await _settle(pilot, lambda: any(r["silenced"] for r in app.rows))
 
     asyncio.run(go())
@@ -268,7 +268,7 @@ def test_resolve_key_and_grid_sort(tmp_path: Path) -> None:
         app = FleetTui(Source(db=db), refresh_s=60)
         async with app.run_test(size=(160, 48)) as pilot:
             await _settle(pilot, lambda: app.query_one("#alerts", DataTable).row_count == 1)
-            await pilot.press("r")
+            await pilot.press("r", "y")
             await _settle(pilot, lambda: bool(app.rows) and app.rows[0]["state"] == "resolved")
             await pilot.press("f")
             await _settle(pilot, lambda: isinstance(app.screen, FleetScreen))

@@ -20,17 +20,23 @@ from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from fleettool.tui.errors import ShowsWorkerErrors
 from fleettool.tui.messages import AlertsLoaded
-from fleettool.tui.screens import SCREENS, DetailScreen, HelpScreen
+from fleettool.tui.screens import SCREENS, ConfirmScreen, DetailScreen, HelpScreen
 from fleettool.tui.source import Source
 from fleettool.tui.theme import SEV_STYLE
 
 # the help's rows for the alert list's own keys; the screens' rows come from SCREENS, in between
 HELP_BEFORE_SCREENS = [
     ("Enter", "open the alert: evidence and runbook"),
-    ("a", "acknowledge the alert for 4 h"),
-    ("s", "silence the alert's node for 2 h"),
-    ("r", "resolve the alert by hand"),
+    ("a", "acknowledge the alert for 4 h (asks first)"),
+    ("s", "silence the alert's node for 2 h (asks first)"),
+    ("r", "resolve the alert by hand (asks first)"),
 ]
+# what each action does, for the confirmation and the notice after it
+ACTIONS = {
+    "ack": ("Acknowledge", 4 * 3600.0),
+    "resolve": ("Resolve by hand", None),
+    "silence": ("Silence every alert of node", 2 * 3600.0),
+}
 HELP_AFTER_SCREENS = [
     ("/", "filter by text (node, rule, category, severity); in the fleet grid also SKU and state; o sorts"),
     ("F5", "refresh now (also every 10 s)"),
@@ -60,6 +66,9 @@ class FleetTui(ShowsWorkerErrors, App[None]):
         self.clock = clock  # False for reproducible screenshots
         self.rows: list[dict[str, Any]] = []
         self.filter_text = ""
+        # the alert the cursor is on, by id: a refresh, a filter or a return from another screen puts the
+        # cursor back on it (or, when it is gone, on the row where it was), never on row 0 by default
+        self.selected_id: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=self.clock)
@@ -103,8 +112,10 @@ class FleetTui(ShowsWorkerErrors, App[None]):
 
     def render_rows(self) -> None:
         t = self.query_one("#alerts", DataTable)
+        keep_id, keep_row = self.selected_id, t.cursor_row
+        vis = self.visible_rows()
         t.clear()
-        for r in self.visible_rows():
+        for r in vis:
             note = ("silenced " if r["silenced"] else "") + (
                 f"ack:{r['ack_by']}" if r["acknowledged"] else ""
             )
@@ -120,18 +131,35 @@ class FleetTui(ShowsWorkerErrors, App[None]):
                 r["summary"][:120],
                 key=r["alert_id"],
             )
-        self.query_one("#status", Static).update(
-            f"{len(self.visible_rows())} alerts ({sum(1 for r in self.rows if r['state'] == 'firing')} firing)  "
-            f"source: {self.source.fleet or (self.source.db.name if self.source.db else '')}"
-            + (f"  updated {time.strftime('%H:%M:%S')}" if self.clock else "")
+        ids = [r["alert_id"] for r in vis]
+        # gone (resolved away, filtered out): the row where it was, within the list
+        row = ids.index(keep_id) if keep_id in ids else min(keep_row or 0, len(ids) - 1)
+        if ids:
+            t.move_cursor(row=max(row, 0), animate=False)
+        self.selected_id = ids[t.cursor_row] if ids else None
+        self.query_one("#status", Static).update(self.status_line(vis))
+
+    def status_line(self, vis: list[dict[str, Any]]) -> str:
+        """How many alerts the list shows, of how many, and how many of those shown are firing."""
+        firing = sum(1 for r in vis if r["state"] == "firing")
+        n = len(vis)
+        shown = f"{n} alert{'' if n == 1 else 's'}"
+        if self.filter_text:
+            shown += f" of {len(self.rows)} match {self.filter_text!r}"
+        src = self.source.fleet or (self.source.db.name if self.source.db else "")
+        return f"{shown}, {firing} firing   source: {src}" + (
+            f"  updated {time.strftime('%H:%M:%S')}" if self.clock else ""
         )
 
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if event.data_table.id == "alerts" and event.row_key is not None and event.row_key.value:
+            self.selected_id = str(event.row_key.value)
+
     def selected(self) -> dict[str, Any] | None:
-        t = self.query_one("#alerts", DataTable)
-        vis = self.visible_rows()
-        if not vis or t.cursor_row is None or t.cursor_row >= len(vis):
+        """The alert the cursor is on, found by its id (not by its position in a list that may have moved)."""
+        if self.selected_id is None:
             return None
-        return vis[t.cursor_row]
+        return next((r for r in self.rows if r["alert_id"] == self.selected_id), None)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table.id == "alerts" and event.row_key.value:
@@ -172,7 +200,18 @@ class FleetTui(ShowsWorkerErrors, App[None]):
         if self.source.fleet:
             self.notify("a fleet location is read-only: act on the node's own database", severity="warning")
             return
-        self.act(what, r)
+        verb, for_s = ACTIONS[what]
+        gpu = "" if r["gpu"] is None else f" GPU {r['gpu']}"
+        target = r["node"] if what == "silence" else f"{r['rule']} on {r['node']}{gpu}"
+        how_long = "" if for_s is None else f" for {for_s / 3600:g} h"
+        question = f"{verb} {target}{how_long}?\n{r['severity']} {r['state']}: {r['summary'][:100]}"
+        alert = dict(r)  # as shown now: the answer acts on this alert, whatever a refresh does meanwhile
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.act(what, alert)
+
+        self.push_screen(ConfirmScreen(question), answered)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="write", description="acting on the alert")
     def act(self, what: str, r: dict[str, Any]) -> None:
@@ -199,7 +238,10 @@ class FleetTui(ShowsWorkerErrors, App[None]):
                 add_silence(
                     store, now=now, until=now + 2 * 3600, who=who, reason="from the TUI", node=r["node"]
                 )
-        self.call_from_thread(self.notify, f"{what}: {r['node']} {r['rule']}")
+        gpu = "" if r["gpu"] is None else f" GPU {r['gpu']}"
+        self.call_from_thread(
+            self.notify, f"{ACTIONS[what][0]}: {r['rule']} on {r['node']}{gpu} (alert {r['alert_id']})"
+        )
         self.load_alerts()
 
     def action_ack(self) -> None:

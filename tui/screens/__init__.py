@@ -2,7 +2,8 @@
 
 Adding a screen is a module here (a DataScreen subclass whose workers post a message from
 fleettool.tui.messages) plus one SCREENS line; the app binds its key, labels it in the footer and lists it in
-the help. Enter (DetailScreen), `?` (HelpScreen) and the worker-error modal are opened by the app itself.
+the help. Enter (DetailScreen), `?` (HelpScreen), the confirmation of an action (ConfirmScreen) and the
+worker-error modal are opened by the app itself.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from textual.screen import Screen
 
+from fleettool.tui.screens.confirm import ConfirmScreen
 from fleettool.tui.screens.detail import DetailScreen
 from fleettool.tui.screens.fleet import FleetScreen
 from fleettool.tui.screens.help import HelpScreen
@@ -52,4 +54,13 @@ SCREENS: dict[str, Nav] = {
     ),
 }
 
-__all__ = ["SCREENS", "DetailScreen", "FleetScreen", "HelpScreen", "Nav", "NodeScreen", "StatsScreen"]
+__all__ = [
+    "SCREENS",
+    "ConfirmScreen",
+    "DetailScreen",
+    "FleetScreen",
+    "HelpScreen",
+    "Nav",
+    "NodeScreen",
+    "StatsScreen",
+]

@@ -1,0 +1,120 @@
+"""The TUI acts on the alert shown, by id: the selection stays on its alert across refreshes, a filter and a
+return from the evidence screen; every action asks first, naming the alert and how long; a cancelled action
+writes nothing. With Textual's Pilot over a store with three alerts on three nodes."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SCENARIOS, run_cli
+
+pytest.importorskip("textual")
+
+
+@pytest.fixture()
+def db(tmp_path: Path) -> Path:
+    p = tmp_path / "t.duckdb"
+    for sc in ("dbe-remap-pending", "thermal-throttle", "gpu-fell-off-bus"):
+        assert run_cli("replay", str(SCENARIOS / sc), "--db", str(p), "-q").returncode == 0
+    return p
+
+
+async def _settle(pilot, cond, tries: int = 100) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(tries):
+        await pilot.pause(0.05)
+        if cond():
+            return
+    raise AssertionError("the screen did not reach the expected state")
+
+
+def _acks(db: Path) -> list[tuple[str, str]]:
+    from fleettool.store import Store
+
+    with Store(db, read_only=True) as st:
+        return st.rows("SELECT alert_id, kind FROM alert_acks ORDER BY ALL")
+
+
+def _alert_id(db: Path, node: str) -> str:
+    from fleettool.store import Store
+
+    with Store(db, read_only=True) as st:
+        return str(st.scalar("SELECT alert_id FROM alerts WHERE node = ?", [node]))
+
+
+def test_ack_after_a_refresh_acts_on_the_alert_selected(db: Path) -> None:
+    from textual.widgets import DataTable
+
+    from fleettool.tui.app import FleetTui
+    from fleettool.tui.screens import ConfirmScreen
+    from fleettool.tui.source import Source
+
+    thermal = _alert_id(db, "gpu-07")
+    seen: dict[str, str] = {}
+
+    async def go() -> None:
+        app = FleetTui(Source(db=db), refresh_s=0.3)  # a refresh every 0.3 s: several happen below
+        async with app.run_test(size=(160, 48)) as pilot:
+            table = app.query_one("#alerts", DataTable)
+            await _settle(pilot, lambda: table.row_count == 3)
+            ids = [r["alert_id"] for r in app.visible_rows()]
+            assert ids[0] != thermal  # the thermal warning is not the first row: the bug acked row 0
+            await pilot.press(*["down"] * ids.index(thermal))
+            assert app.selected_id == thermal
+            await pilot.pause(1.0)  # past three refreshes (each clears and refills the table)
+            assert app.selected_id == thermal and app.selected() is not None
+            await pilot.press("a")
+            await _settle(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            seen["question"] = app.screen.question  # type: ignore[attr-defined]
+            await pilot.pause(0.7)  # refreshes while the question is open change nothing either
+            await pilot.press("y")
+            await _settle(pilot, lambda: any(r["acknowledged"] for r in app.rows))
+
+    asyncio.run(go())
+    assert _acks(db) == [(thermal, "ack")]  # the alert shown, and only it
+    assert "gpu-07" in seen["question"] and "GPU 2" in seen["question"] and "for 4 h" in seen["question"]
+
+
+def test_a_cancelled_action_writes_nothing_and_esc_from_evidence_keeps_the_selection(db: Path) -> None:
+    from textual.widgets import DataTable
+
+    from fleettool.tui.app import FleetTui
+    from fleettool.tui.screens import ConfirmScreen, DetailScreen
+    from fleettool.tui.source import Source
+
+    lost = _alert_id(db, "gpu-21")
+
+    async def go() -> None:
+        app = FleetTui(Source(db=db), refresh_s=0.3)
+        async with app.run_test(size=(160, 48)) as pilot:
+            table = app.query_one("#alerts", DataTable)
+            await _settle(pilot, lambda: table.row_count == 3)
+            ids = [r["alert_id"] for r in app.visible_rows()]
+            await pilot.press(*["down"] * ids.index(lost))
+            for key in ("s", "r", "a"):
+                await pilot.press(key)
+                await _settle(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+                await pilot.press("n" if key != "a" else "escape")
+                await _settle(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+            await pilot.press("enter")
+            await _settle(pilot, lambda: isinstance(app.screen, DetailScreen))
+            assert app.screen.alert_id == lost  # type: ignore[attr-defined]
+            await pilot.pause(0.7)
+            await pilot.press("escape")
+            await _settle(pilot, lambda: not isinstance(app.screen, DetailScreen))
+            await pilot.pause(0.7)
+            assert app.selected_id == lost and table.cursor_row == [
+                r["alert_id"] for r in app.visible_rows()
+            ].index(lost)
+            # a filter that keeps it: the cursor stays on it
+            await pilot.press("slash", *"gpu-", "enter")
+            await _settle(pilot, lambda: app.selected_id == lost)
+
+    asyncio.run(go())
+    from fleettool.store import Store
+
+    assert _acks(db) == []
+    with Store(db, read_only=True) as st:
+        assert st.scalar("SELECT count(*) FROM silences") == 0
