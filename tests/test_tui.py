@@ -141,9 +141,10 @@ def test_node_screen_and_lifecycle_keys(db: Path) -> None:
             scr = app.screen
             gpus = scr.query_one("#nodegpus", DataTable)
             await _settle(pilot, lambda: gpus.row_count == 8)
-            await pilot.press("c")
+            await pilot.press("b", "n")  # asked, and declined: nothing moves
+            await pilot.press("c", "y")
             await _settle(pilot, lambda: "cordoned" in str(scr.query_one("#nodehead", Static).render()))
-            await pilot.press("h")
+            await pilot.press("h", "y")
             await _settle(
                 pilot, lambda: "lifecycle: healthy" in str(scr.query_one("#nodehead", Static).render())
             )

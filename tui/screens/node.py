@@ -93,7 +93,13 @@ class NodeScreen(DataScreen):
         if self.source.fleet:
             self.notify("a fleet location is read-only", severity="warning")
             return
-        self.move(to)
+        from fleettool.tui.screens.confirm import ConfirmScreen
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self.move(to)
+
+        self.app.push_screen(ConfirmScreen(f"Move node {self.node} to {to}?"), answered)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="write", description="moving the node")
     def move(self, to: str) -> None:
