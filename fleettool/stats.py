@@ -1,8 +1,10 @@
-"""Fleet statistics from the alerts table: availability per node and fleet, MTBF, incidents by category, and
-the interruption timeline (overlapping incidents of a node merged into one interruption).
+"""Fleet statistics from the alerts and the node lifecycle: availability per node and fleet, MTBF, incidents by
+category, and the interruption timeline (overlapping down time of a node merged into one interruption).
 
-An interruption is time under an alert whose action takes the GPU or node out of service (reset-gpu,
-reboot-node, inspect-hardware) at warning or critical severity; info alerts and check-workload do not count.
+A node is down (out of service) while it is under a page: a critical alert whose action takes the GPU or node
+out of service (reset-gpu, reboot-node, inspect-hardware), from its first to its last sighting; and while its
+lifecycle state is out of service (cordoned, in repair, burning in, RMA), from the move out to the move back.
+Warnings (a trend, a slow clock), info alerts and check-workload never count as down time.
 """
 
 from __future__ import annotations
@@ -13,8 +15,26 @@ from typing import Any
 
 from fleettool.store import Store
 from fleettool.store.alerts import list_alerts
+from fleettool.store.nodes import all_audit
 
 DISRUPTIVE = ("reset-gpu", "reboot-node", "inspect-hardware")
+PAGE = "critical"
+OUT_OF_SERVICE = ("cordoned", "in-repair", "burn-in", "rma")  # fleettool.lifecycle's, which imports burn-in
+
+
+def lifecycle_intervals(store: Store, end: float) -> dict[str, list[tuple[float, float]]]:
+    """Per node, the times it spent out of service by its lifecycle (a node still out is out until `end`)."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    since: dict[str, float] = {}
+    for r in all_audit(store):
+        node, t = r["node"], _e(r["ts"])
+        if r["to_state"] in OUT_OF_SERVICE:
+            since.setdefault(node, t)
+        elif node in since:
+            out.setdefault(node, []).append((since.pop(node), t))
+    for node, t in since.items():
+        out.setdefault(node, []).append((t, max(t, end)))
+    return out
 
 
 def _e(v: dt.datetime) -> float:
@@ -35,7 +55,9 @@ def report(store: Store, start: float | None = None, end: float | None = None) -
     rows = list_alerts(store)
     rng = store.query(
         "SELECT min(t0) AS a, max(t1) AS b FROM (SELECT min(ts) t0, max(ts) t1 FROM samples "
-        "UNION ALL SELECT min(minute), max(minute) FROM samples_1m UNION ALL SELECT min(first_seen), max(last_seen) FROM alerts)"
+        "UNION ALL SELECT min(minute), max(minute) FROM samples_1m "
+        "UNION ALL SELECT min(first_seen), max(last_seen) FROM alerts "
+        "UNION ALL SELECT min(ts), max(ts) FROM node_audit)"
     )[0]
     if rng["a"] is None:
         return {"window": None, "nodes": [], "fleet": {}}
@@ -46,22 +68,21 @@ def report(store: Store, start: float | None = None, end: float | None = None) -
         {
             r["node"]
             for r in store.query(
-                "SELECT DISTINCT node FROM samples UNION SELECT DISTINCT node FROM "
-                "samples_1m UNION SELECT DISTINCT node FROM alerts"
+                "SELECT DISTINCT node FROM samples UNION SELECT DISTINCT node FROM samples_1m "
+                "UNION SELECT DISTINCT node FROM alerts UNION SELECT DISTINCT node FROM node_audit"
             )
         }
     )
+    out_of_service = lifecycle_intervals(store, t1)
     per_node = []
     cats: Counter[str] = Counter()
     total_down = 0.0
     incidents = 0
     timeline = []
     for node in nodes:
-        mine = [
-            r for r in rows if r["node"] == node and r["action"] in DISRUPTIVE and r["severity"] != "info"
-        ]
-        iv = [(max(_e(r["first_seen"]), t0), min(_e(r["last_seen"]), t1)) for r in mine]
-        iv = [(a, max(a, b)) for a, b in iv if b >= t0 and a <= t1]
+        mine = [r for r in rows if r["node"] == node and r["action"] in DISRUPTIVE and r["severity"] == PAGE]
+        iv = [(_e(r["first_seen"]), _e(r["last_seen"])) for r in mine] + out_of_service.get(node, [])
+        iv = [(max(a, t0), min(max(a, b), t1)) for a, b in iv if b >= t0 and a <= t1]
         merged = merge_intervals(iv)
         down = sum(b - a for a, b in merged)
         total_down += down

@@ -14,14 +14,26 @@ from fleettool.store import Store
 from tests.conftest import SCENARIOS, run_cli
 
 
+def _burnin(st: Store, node: str, ts: float, *verdicts: str) -> str:
+    from fleettool.store.burnin import write_burnin_results
+
+    run_id = f"run-{ts:g}"
+    rows = [{"node": node, "gpu": i, "test": "gemm-bf16", "verdict": v} for i, v in enumerate(verdicts)]
+    write_burnin_results(st, run_id, ts, rows)
+    return run_id
+
+
 def test_the_lifecycle_round_trip_and_invalid_moves() -> None:
     with Store() as st:
         assert current(st, "gpu-17").state == "healthy"
-        for to in ("suspect", "cordoned", "in-repair", "burn-in", "healthy"):
+        for to in ("suspect", "cordoned", "in-repair", "burn-in"):
             transition(st, "gpu-17", to, who="alice", reason=f"-> {to}", now=1000.0, run=False)
+        _burnin(st, "gpu-17", 1000.5, "PASS", "PASS", "SKIPPED")
+        transition(st, "gpu-17", "healthy", who="alice", reason="fixed", now=1000.8, run=False)
         assert current(st, "gpu-17").state == "healthy"
         with pytest.raises(TransitionError, match="can go to"):
             transition(st, "gpu-17", "rma", who="bob", reason="", now=1001.0, run=False)
+        assert "(burn-in run-1000.5 PASS)" in audit(st, "gpu-17")[-1]["reason"]
         transition(st, "gpu-17", "cordoned", who="bob", reason="XID 79 twice", now=1002.0, run=False)
         transition(st, "gpu-17", "rma", who="bob", reason="fell off again", now=1003.0, run=False)
         trail = audit(st, "gpu-17")
@@ -32,6 +44,33 @@ def test_the_lifecycle_round_trip_and_invalid_moves() -> None:
         assert trail[-1]["who"] == "bob" and trail[-1]["reason"] == "fell off again"
         with pytest.raises(ValueError, match="invalid node name"):
             transition(st, "gpu-17; reboot", "suspect", who="x", reason="", now=1.0, run=False)
+
+
+def test_a_return_to_service_needs_a_pass_burnin_newer_than_the_repair() -> None:
+    with Store() as st:
+        transition(st, "gpu-21", "cordoned", who="a", reason="XID 79", now=100.0, run=False)
+        with pytest.raises(TransitionError, match="gpu-21 has no burn-in since it was taken out of service"):
+            transition(st, "gpu-21", "healthy", who="a", reason="", now=101.0, run=False)
+        _burnin(st, "gpu-21", 50.0, "PASS")  # before the cordon: proves nothing about the repair
+        transition(st, "gpu-21", "in-repair", who="a", reason="swap", now=200.0, run=False)
+        transition(st, "gpu-21", "burn-in", who="a", reason="", now=300.0, run=False)
+        _burnin(st, "gpu-21", 310.0, "PASS", "FAIL")
+        _burnin(st, "gpu-21", 320.0, "PASS", "WARN")
+        with pytest.raises(TransitionError, match="the last, run-320, was PASS/WARN"):
+            transition(st, "gpu-21", "healthy", who="a", reason="", now=330.0, run=False)
+        with pytest.raises(TransitionError, match="--force needs a reason"):
+            transition(st, "gpu-21", "healthy", who="a", reason=" ", now=330.0, run=False, force=True)
+        assert current(st, "gpu-21").state == "burn-in"
+        transition(
+            st, "gpu-21", "healthy", who="bob", reason="vendor says fine", now=340.0, run=False, force=True
+        )
+        last = audit(st, "gpu-21")[-1]
+        assert last["to_state"] == "healthy" and last["who"] == "bob"
+        assert last["reason"].startswith("forced without a PASS burn-in (gpu-21 has no PASS burn-in since")
+        assert last["reason"].endswith(": vendor says fine")
+        # suspect -> healthy needs no proof: a suspect node never left service
+        transition(st, "gpu-22", "suspect", who="a", reason="", now=1.0, run=False)
+        transition(st, "gpu-22", "healthy", who="a", reason="false alarm", now=2.0, run=False)
 
 
 def test_side_effects_are_explicit_argv() -> None:
@@ -66,15 +105,54 @@ def test_cli_and_report(tmp_path: Path) -> None:
     assert run_cli("node", "gpu-21", "rma", "--db", str(db)).returncode == 0
     bad = run_cli("node", "gpu-21", "return", "--db", str(db))
     assert bad.returncode == 1 and "can go to" in bad.stderr
+    assert run_cli("node", "gpu-21", "repair", "--db", str(db)).returncode == 0
+    assert run_cli("node", "gpu-21", "burnin", "--db", str(db)).returncode == 0
+    bad = run_cli("node", "gpu-21", "return", "--db", str(db))
+    assert bad.returncode == 1 and "gpu-21 has no burn-in since it was taken out of service" in bad.stderr
+    assert "--force" in bad.stderr
+    assert run_cli("node", "gpu-21", "return", "--force", "--db", str(db)).returncode == 2  # no reason
+    ok = run_cli("node", "gpu-21", "return", "--force", "-m", "PSU swapped", "--db", str(db), "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["audit"][-1]["reason"].startswith("forced")
     rep = json.loads(run_cli("report", "--db", str(db), "--json").stdout)
     by = {n["node"]: n for n in rep["nodes"]}
     assert by["gpu-03"]["availability"] == 1.0 and by["gpu-03"]["interruptions"] == 0
     assert by["gpu-30"]["interruptions"] == 0  # an application XID (check-workload) is not an interruption
-    assert by["gpu-21"]["interruptions"] == 1 and 0 < by["gpu-21"]["availability"] < 1
+    # the page (XID 79) and the time out of service (cordoned .. forced back) are its two interruptions
+    assert by["gpu-21"]["interruptions"] == 2 and 0 < by["gpu-21"]["availability"] < 1
     assert rep["fleet"]["incidents_by_category"] == {"gpu-lost": 1}
+
+
+def test_warnings_never_count_as_down_time_and_a_resolve_by_hand_ends_nothing_later(tmp_path: Path) -> None:
+    db = tmp_path / "w.duckdb"
+    for sc in ("thermal-throttle", "gpu-fell-off-bus"):
+        assert run_cli("replay", str(SCENARIOS / sc), "--db", str(db), "-q").returncode == 0
+
+    def nodes() -> dict[str, dict[str, object]]:
+        rep = json.loads(run_cli("report", "--db", str(db), "--json").stdout)
+        return {n["node"]: n for n in rep["nodes"]}
+
+    before = nodes()
+    assert before["gpu-07"]["interruptions"] == 0 and before["gpu-07"]["availability"] == 1.0  # a warning
+    assert before["gpu-21"]["interruptions"] == 1
+    with Store(db, read_only=True) as st:
+        lost = st.scalar("SELECT alert_id FROM alerts WHERE node = 'gpu-21'")
+    assert run_cli("alerts", "resolve", lost, "--db", str(db)).returncode == 0
+    after = nodes()  # resolved today: the incident still ended when its condition last held
+    assert after["gpu-21"]["down_s"] == before["gpu-21"]["down_s"]
+    text = run_cli("report", "--db", str(db)).stdout
+    assert "MTBF" in text and "None" not in text
 
 
 def test_merge_intervals() -> None:
     assert merge_intervals([(5, 8), (0, 2), (1, 3), (8, 9)]) == [(0, 3), (5, 9)]
     with Store() as st:
         assert report(st)["nodes"] == []
+
+
+def test_an_empty_store_reports_nothing_in_words(tmp_path: Path) -> None:
+    db = tmp_path / "e.duckdb"
+    Store(db).close()
+    r = run_cli("report", "--db", str(db))
+    assert r.returncode == 0 and r.stdout.strip() == (
+        "no telemetry, alerts or lifecycle moves in the store: nothing to report"
+    )

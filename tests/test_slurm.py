@@ -181,7 +181,8 @@ def test_lifecycle_drains_and_resumes_the_slurm_node(slurm: dict[str, str], tmp_
     r = run_cli("node", host, "cordon", "--slurm", "--db", str(db), "-m", "XID 79 twice", env=env)
     assert r.returncode == 0, r.stderr
     assert state().startswith("drain")
-    assert run_cli("node", host, "return", "--slurm", "--db", str(db), env=env).returncode == 0
+    back = ("return", "--slurm", "--force", "-m", "no GPU here to burn in")
+    assert run_cli("node", host, *back, "--db", str(db), env=env).returncode == 0
     assert state().startswith("idle")
     trail = json.loads(run_cli("node", host, "--db", str(db), "--json").stdout)["audit"]
     assert (

@@ -4,6 +4,7 @@ keys acknowledge and silence (written to the store), the fleet grid, the filter,
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -139,11 +140,19 @@ def test_node_screen_and_lifecycle_keys(db: Path) -> None:
             await pilot.press("n")
             await _settle(pilot, lambda: isinstance(app.screen, NodeScreen))
             scr = app.screen
+            node = scr.node  # type: ignore[attr-defined]
             gpus = scr.query_one("#nodegpus", DataTable)
             await _settle(pilot, lambda: gpus.row_count == 8)
             await pilot.press("b", "n")  # asked, and declined: nothing moves
             await pilot.press("c", "y")
             await _settle(pilot, lambda: "cordoned" in str(scr.query_one("#nodehead", Static).render()))
+            from fleettool.store import Store
+            from fleettool.store.burnin import write_burnin_results
+
+            with Store(db) as st:  # the proof a return needs: a PASS burn-in since the cordon
+                write_burnin_results(
+                    st, "tui-proof", time.time() + 1, [{"node": node, "test": "hbm", "verdict": "PASS"}]
+                )
             await pilot.press("h", "y")
             await _settle(
                 pilot, lambda: "lifecycle: healthy" in str(scr.query_one("#nodehead", Static).render())

@@ -36,11 +36,19 @@ def register(app: typer.Typer) -> None:
         reason: ReasonOpt = "",
         k8s: Annotated[bool, typer.Option("--k8s", help="also kubectl cordon/uncordon the node")] = False,
         slurm: Annotated[bool, typer.Option("--slurm", help="also scontrol drain/resume the node")] = False,
+        force: Annotated[
+            bool,
+            typer.Option(
+                "--force",
+                help="return without a PASS burn-in since the repair (needs -m; recorded as forced)",
+            ),
+        ] = False,
         json_out: JsonOpt = False,
     ) -> None:
         """A node's lifecycle: healthy -> suspect -> cordoned -> in-repair -> burn-in -> healthy, or -> rma. Only
         valid transitions; each recorded with who, when and why. Kubernetes and Slurm side effects only with
-        --k8s / --slurm (run before the state changes; a failure leaves it unchanged).
+        --k8s / --slurm (run before the state changes; a failure leaves it unchanged). `return` from cordoned
+        or burn-in needs a burn-in that PASSed since the node was taken out, or --force -m REASON.
 
         Example: fleettool node gpu-17 cordon --by alice -m "XID 79 twice" --slurm
         """
@@ -49,6 +57,10 @@ def register(app: typer.Typer) -> None:
 
         if action not in VERBS:
             raise die(f"unknown action {action!r} (one of {', '.join(VERBS)})", ExitCode.USAGE)
+        if force and not reason.strip():
+            raise die(
+                "--force needs a reason: -m 'why it goes back without a passing burn-in'", ExitCode.USAGE
+            )
         try:
             validate_node(name)
         except ValueError as e:
@@ -65,6 +77,7 @@ def register(app: typer.Typer) -> None:
                         now=time.time(),
                         k8s=k8s,
                         slurm=slurm,
+                        force=force,
                     )
                 except ToolMissing as e:
                     raise die(str(e), ExitCode.UNAVAILABLE) from None
@@ -115,9 +128,16 @@ def register(app: typer.Typer) -> None:
             print_json(rep, default=str)
             return
         f = rep.get("fleet") or {}
+        if rep.get("window") is None:
+            print("no telemetry, alerts or lifecycle moves in the store: nothing to report")
+            return
+        mtbf = f"{f['mtbf_s']:g} s" if f.get("mtbf_s") is not None else "n/a (no interruptions)"
+        cats = (
+            ", ".join(f"{k} {v}" for k, v in sorted((f.get("incidents_by_category") or {}).items())) or "none"
+        )
         print(
             f"fleet: {f.get('nodes', 0)} nodes, availability {f.get('availability')}, "
-            f"{f.get('interruptions', 0)} interruptions, MTBF {f.get('mtbf_s')} s, by category {f.get('incidents_by_category')}"
+            f"{f.get('interruptions', 0)} interruptions, MTBF {mtbf}, pages by category: {cats}"
         )
         if rep.get("nodes"):
             print_table(rep["nodes"], ["node", "availability", "interruptions", "down_s", "mtbf_s"])

@@ -62,4 +62,4 @@ def acknowledge(
         raise KeyError(alert_id)
     insert_ack(store, AlertAck(alert_id, kind, now, until, who, reason))
     if kind == "resolve":
-        resolve_alert(store, alert_id, now)
+        resolve_alert(store, alert_id)

@@ -163,12 +163,11 @@ def put_alert(store: Store, a: AlertRecord) -> None:
     )
 
 
-def resolve_alert(store: Store, alert_id: str, at: float) -> None:
-    """Close an alert by hand: state resolved, last seen no earlier than `at`."""
-    store.execute(
-        "UPDATE alerts SET state = 'resolved', last_seen = greatest(last_seen, ?) WHERE alert_id = ?",
-        [db_time(at), alert_id],
-    )
+def resolve_alert(store: Store, alert_id: str) -> None:
+    """Close an alert by hand: state resolved. Its last_seen stays the last time its condition held (when it was
+    closed is the resolution's row in alert_acks): resolving last week's incident today must not make it, and
+    the node's downtime in `report`, last until today."""
+    store.execute("UPDATE alerts SET state = 'resolved' WHERE alert_id = ?", [alert_id])
 
 
 def clear_alerts(store: Store) -> None:

@@ -56,3 +56,17 @@ def write_burnin_results(store: Store, run_id: str, ts: float, results: Iterable
         )
         n += 1
     return n
+
+
+def burnin_runs(store: Store, node: str, since: Any | None = None) -> list[dict[str, Any]]:
+    """The node's burn-in runs (newest first, after `since`, a naive UTC datetime, when given): run_id, ts
+    and the verdicts of its rows."""
+    where, params = "node = ?", [node]
+    if since is not None:
+        where += " AND ts > ?"
+        params.append(since)
+    return store.query(
+        f"SELECT run_id, max(ts) AS ts, list(DISTINCT verdict ORDER BY verdict) AS verdicts FROM burnin_results "
+        f"WHERE {where} GROUP BY run_id ORDER BY max(ts) DESC",
+        params,
+    )

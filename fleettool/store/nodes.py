@@ -72,3 +72,17 @@ def node_audit(store: Store, node: str) -> list[dict[str, Any]]:
         "SELECT ts, from_state, to_state, who, reason, side_effects FROM node_audit WHERE node = ? ORDER BY ts",
         [node],
     )
+
+
+def taken_out_at(store: Store, node: str, states: tuple[str, ...]) -> dt.datetime | None:
+    """When the node last moved into one of `states` (the repair a return must be proven after), or None."""
+    v = store.scalar(
+        f"SELECT max(ts) FROM node_audit WHERE node = ? AND to_state IN ({', '.join('?' for _ in states)})",
+        [node, *states],
+    )
+    return v if isinstance(v, dt.datetime) else None
+
+
+def all_audit(store: Store) -> list[dict[str, Any]]:
+    """Every transition of every node, by node then time (for availability)."""
+    return store.query("SELECT ts, node, from_state, to_state FROM node_audit ORDER BY node, ts")
