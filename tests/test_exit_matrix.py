@@ -92,7 +92,8 @@ CREATORS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("burnin",), ("--node", "{host}", "--backend", "cpu", "--tests", "gemm")),
 ]
 NEEDERS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
-    (("silence", "add"), ("--node", "gpu-17", "--for", "1h")),  # a silence in a new file would silence nothing
+    # a silence in a new file would silence nothing
+    (("silence", "add"), ("--node", "gpu-17", "--for", "1h")),
     (("alerts", "ack"), ("0123456789abcdef",)),
     (("alerts", "resolve"), ("0123456789abcdef",)),
     (("silence", "expire"), ("0123456789ab",)),
