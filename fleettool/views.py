@@ -30,6 +30,37 @@ def runbook_text(runbook: str) -> str:
         return f"# {name}\n\nNo runbook found for this rule."
 
 
+def render_runbook(text: str, alert: dict[str, Any], identity: dict[str, Any] | None) -> str:
+    """A runbook for this alert: its `<node>`, `<gpu>` and `<bus>` (the PCI id, as lspci takes it) filled in,
+    and a head that says which GPU (index, UUID, PCI id, model) and what the evidence found. A placeholder
+    whose value is unknown (a node-level alert has no GPU) is left for the reader, and so are the others
+    (`<job>`, `<default>`)."""
+    ident = identity or {}
+    fill = {"<node>": alert.get("node"), "<gpu>": alert.get("gpu")}
+    pci = ident.get("pci_bus_id")
+    if pci:
+        fill["<bus>"] = pci if pci.count(":") == 2 else f"0000:{pci}"  # lspci -s takes domain:bus:dev.fn
+    for k, v in fill.items():
+        if v is not None:
+            text = text.replace(k, str(v))
+    gpu = "" if alert.get("gpu") is None else f", GPU {alert['gpu']}"
+    label = {"uuid": "UUID", "pci_bus_id": "PCI", "model": "", "serial": "serial"}
+    facts = [f"{label[k]} {ident[k]}".strip() for k in label if ident.get(k)]
+    head = f"> **This alert:** {alert.get('rule')} on {alert.get('node')}{gpu}" + (
+        f" ({', '.join(facts)})" if facts else ""
+    )
+    findings = (
+        (alert.get("evidence") or {}).get("findings", []) if isinstance(alert.get("evidence"), dict) else []
+    )
+    lines = [head] + [f"> - {f.get('summary', '')}" for f in findings[:5] if f.get("summary")]
+    if text.startswith("---"):  # keep the front matter first
+        end = text.find("\n---", 3)
+        if end > 0:
+            cut = text.find("\n", end + 4) + 1 or len(text)
+            return text[:cut] + "\n" + "\n".join(lines) + "\n\n" + text[cut:]
+    return "\n".join(lines) + "\n\n" + text
+
+
 def alert_detail(store: Store, alert_id: str, *, points: int = 60) -> dict[str, Any] | None:
     a = alert_by_id(store, alert_id)
     if a is None:
@@ -70,6 +101,12 @@ def alert_detail(store: Store, alert_id: str, *, points: int = 60) -> dict[str, 
         "ORDER BY ts DESC LIMIT 20",
         [a["node"]],
     )
+    ident = store.query(
+        "SELECT any_value(uuid) AS uuid, any_value(pci_bus_id) AS pci_bus_id, any_value(model) AS model, "
+        "any_value(serial) AS serial FROM gpus WHERE node = ? AND gpu = ?",
+        [a["node"], a["gpu"]],
+    )
+    identity = ident[0] if ident and a["gpu"] is not None else None
     return {
         **a,
         "evidence": ev,
@@ -77,7 +114,8 @@ def alert_detail(store: Store, alert_id: str, *, points: int = 60) -> dict[str, 
         "events": events,
         "runs": runs,
         "burnins": burnins,
-        "runbook_text": runbook_text(a["runbook"]),
+        "identity": identity,
+        "runbook_text": render_runbook(runbook_text(a["runbook"]), {**a, "evidence": ev}, identity),
     }
 
 

@@ -1,0 +1,35 @@
+"""The triage views as plain data: a runbook comes filled in for the alert it is shown with (node, GPU, PCI id
+for lspci), headed by which GPU and what the evidence found; placeholders nothing can fill stay for the reader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fleettool.store import Store
+from fleettool.views import alert_detail, render_runbook
+from tests.conftest import SCENARIOS, run_cli
+
+
+def test_the_runbook_is_filled_in_for_the_alert(tmp_path: Path) -> None:
+    db = tmp_path / "v.duckdb"
+    assert run_cli("replay", str(SCENARIOS / "dbe-remap-pending"), "--db", str(db), "-q").returncode == 0
+    with Store(db, read_only=True) as st:
+        aid = st.scalar("SELECT alert_id FROM alerts WHERE rule = 'GpuDoubleBitError'")
+        d = alert_detail(st, aid)
+    assert d is not None
+    text = d["runbook_text"]
+    assert "<node>" not in text and "<gpu>" not in text
+    assert "nvidia-smi -i 4 -r" in text and "kubectl cordon gpu-12" in text
+    assert text.startswith("---\nalert: GpuDoubleBitError")  # the front matter stays first
+    head = text.split("# ", 1)[0]
+    assert "**This alert:** GpuDoubleBitError on gpu-12, GPU 4" in head
+    assert "UUID GPU-5ad6f96c" in head and "PCI 0000:9a:00" in head
+    assert "XID 48" in head  # the evidence's findings
+
+
+def test_unknown_values_leave_their_placeholders() -> None:
+    text = "# x\n\n`lspci -vvv -s <bus>` on <node>, GPU <gpu>, job <job>\n"
+    out = render_runbook(text, {"rule": "NodeMissingGpus", "node": "n1", "gpu": None}, None)
+    assert "on n1, GPU <gpu>, job <job>" in out and "-s <bus>" in out
+    out = render_runbook(text, {"rule": "R", "node": "n1", "gpu": 2}, {"pci_bus_id": "0000:18:00"})
+    assert "lspci -vvv -s 0000:18:00" in out and "GPU 2, job <job>" in out
