@@ -14,6 +14,19 @@ from fleettool.store.nodes import node_states
 from fleettool.store.values import db_time, epoch
 
 SEV_RANK = {"critical": 0, "warning": 1, "info": 2}
+# the series an alert's evidence shows beside its rules' own: what an on-call engineer looks at for the category
+# (a thermal slowdown is judged on the clock-event reasons, but the temperature is what explains it)
+CONTEXT_SERIES: dict[str, tuple[str, ...]] = {
+    "thermal": ("gpu_temp_c", "mem_temp_c", "sm_clock_mhz", "power_w"),
+    "power": ("power_w", "power_limit_w", "sm_clock_mhz"),
+    "ecc": ("ecc_dbe_volatile", "ecc_sbe_volatile", "remap_uncorrectable_rows", "remap_pending"),
+    "row-remap": ("remap_uncorrectable_rows", "remap_correctable_rows", "remap_pending", "remap_failure"),
+    "pcie": ("pcie_link_width", "pcie_link_gen", "pcie_replay_total"),
+    "nvlink": ("nvlink_link_up", "nvlink_crc_flit_errors_total", "nvlink_crc_data_errors_total"),
+    "straggler": ("sm_clock_mhz", "power_w", "gpu_temp_c"),
+    "gpu-lost": ("gpu_temp_c", "power_w"),
+}
+STALE_S = 60.0  # a gauge this much older than the node's newest sample is shown as stale
 
 
 def alerts(store: Store, *, now: float | None = None, state: str | None = None) -> list[dict[str, Any]]:
@@ -69,7 +82,9 @@ def alert_detail(store: Store, alert_id: str, *, points: int = 60) -> dict[str, 
     t0, t1 = ev.get("window") or [(epoch(a["first_seen"]) or 0) - 600, (epoch(a["last_seen"]) or 0) + 600]
     lo, hi = db_time(t0), db_time(t1)
     series = {}
-    for metric, _rule in ev.get("series", []):
+    metrics = [m for m, _rule in ev.get("series", [])]
+    metrics += [m for m in CONTEXT_SERIES.get(a["category"], ()) if m not in metrics]
+    for metric in metrics:
         vals = store.query(
             "SELECT ts, value FROM samples WHERE node = ? AND gpu IS NOT DISTINCT FROM ? AND metric = ? "
             "AND ts BETWEEN ? AND ? ORDER BY ts",
@@ -85,7 +100,8 @@ def alert_detail(store: Store, alert_id: str, *, points: int = 60) -> dict[str, 
         if len(v) > points:  # keep the shape: max of each bucket (spikes matter in triage)
             step = len(v) / points
             v = [max(v[int(i * step) : int((i + 1) * step)] or [v[-1]]) for i in range(points)]
-        series[metric] = v
+        if v:
+            series[metric] = v
     events = store.query(
         "SELECT ts, kind, code, message FROM events WHERE node = ? AND (gpu IS NOT DISTINCT FROM ? OR gpu IS NULL) "
         "AND kind <> 'boot' AND (ts IS NULL OR ts BETWEEN ? AND ?) ORDER BY ts LIMIT 200",
@@ -163,13 +179,21 @@ def node_view(store: Store, node: str) -> dict[str, Any]:
     from fleettool.lifecycle import audit, current
 
     gauges = store.query(
-        "SELECT gpu, metric, arg_max(value, ts) AS value FROM samples WHERE node = ? AND gpu IS NOT NULL AND metric IN "
+        "SELECT gpu, metric, arg_max(value, ts) AS value, epoch(max(ts)) AS last FROM samples WHERE node = ? "
+        "AND gpu IS NOT NULL AND metric IN "
         "('gpu_temp_c', 'power_w', 'sm_clock_mhz', 'gpu_util_pct', 'clock_event_reasons') GROUP BY gpu, metric",
         [node],
     )
+    newest = max((float(g["last"]) for g in gauges), default=None)
     gpus: dict[int, dict[str, Any]] = {}
     for g in gauges:
-        gpus.setdefault(g["gpu"], {"gpu": g["gpu"]})[g["metric"]] = g["value"]
+        cur = gpus.setdefault(g["gpu"], {"gpu": g["gpu"], "last": None})
+        cur[g["metric"]] = g["value"]
+        cur["last"] = max(cur["last"] or 0.0, float(g["last"]))
+    for cur in gpus.values():
+        # stale: no reading for STALE_S while the node's other GPUs went on (fell off the bus, a hung read)
+        age = None if newest is None or cur["last"] is None else newest - cur["last"]
+        cur["stale_s"] = age if age is not None and age >= STALE_S else None
     for a in list_alerts(store, state="firing", node=node):
         if a["gpu"] is not None:
             cur = gpus.setdefault(a["gpu"], {"gpu": a["gpu"]})

@@ -248,7 +248,10 @@ def test_stats_screen_and_fleet_filter(tmp_path: Path) -> None:
             scr = app.screen
             await _settle(pilot, lambda: "fleet" in str(scr.query_one("#stats", Static).render()))
             text = str(scr.query_one("#stats", Static).render())
-            assert "3 nodes" in text and "gpu-lost" in text and "gpu-21" in text
+            assert "3 nodes" in text and "1 interruptions" in text and "{" not in text  # words, not a dict
+            cats, down = scr.query_one("#statcats", DataTable), scr.query_one("#statdown", DataTable)
+            await _settle(pilot, lambda: cats.row_count == 1 and down.row_count == 1)
+            assert list(cats.get_row_at(0)) == ["gpu-lost", "1"] and down.get_row_at(0)[0] == "gpu-21"
             nodes = scr.query_one("#statnodes", DataTable)
             await _settle(pilot, lambda: nodes.row_count == 3)
             assert nodes.get_row_at(0)[0] == "gpu-21"  # least available first

@@ -33,3 +33,22 @@ def test_unknown_values_leave_their_placeholders() -> None:
     assert "on n1, GPU <gpu>, job <job>" in out and "-s <bus>" in out
     out = render_runbook(text, {"rule": "R", "node": "n1", "gpu": 2}, {"pci_bus_id": "0000:18:00"})
     assert "lspci -vvv -s 0000:18:00" in out and "GPU 2, job <job>" in out
+
+
+def test_evidence_shows_the_category_s_series_and_a_silent_gpu_is_stale(tmp_path: Path) -> None:
+    from fleettool.views import node_view
+
+    db = tmp_path / "s.duckdb"
+    for sc in ("thermal-throttle", "gpu-fell-off-bus"):
+        assert run_cli("replay", str(SCENARIOS / sc), "--db", str(db), "-q").returncode == 0
+    with Store(db, read_only=True) as st:
+        aid = st.scalar("SELECT alert_id FROM alerts WHERE node = 'gpu-07'")
+        d = alert_detail(st, aid)
+        v = node_view(st, "gpu-21")
+    assert d is not None and d["category"] == "thermal"
+    # judged on the clock-event reasons; the temperature and clocks are what explain it
+    assert {"clock_event_reasons", "gpu_temp_c", "sm_clock_mhz"} <= set(d["series"])
+    assert max(d["series"]["gpu_temp_c"]) >= 85
+    stale = {g["gpu"]: g["stale_s"] for g in v["gpus"]}
+    assert stale[3] is not None and stale[3] >= 600  # GPU 3 fell off the bus: its last readings are old
+    assert all(s is None for g, s in stale.items() if g != 3)

@@ -39,7 +39,7 @@ class NodeScreen(DataScreen):
 
     def on_mount(self) -> None:
         self.query_one("#nodegpus", DataTable).add_columns(
-            "gpu", "temp C", "power W", "SM MHz", "util %", "reasons", "alert"
+            "gpu", "temp C", "power W", "SM MHz", "util %", "reasons", "alert", "readings"
         )
         self.load()
 
@@ -73,6 +73,8 @@ class NodeScreen(DataScreen):
                 f("gpu_util_pct"),
                 hex(int(g["clock_event_reasons"])) if g.get("clock_event_reasons") is not None else "",
                 g.get("alert") or "",
+                # the last values of a GPU that stopped answering are not its state now: say so
+                f"STALE: none for {g['stale_s'] / 60:.0f} min" if g.get("stale_s") is not None else "current",
             )
         lines = [
             f"{e['ts']} gpu {e['gpu']} {e['kind']} {e['code'] or ''} {e['message'][:90]}" for e in v["events"]

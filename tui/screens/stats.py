@@ -22,12 +22,16 @@ class StatsScreen(DataScreen):
         yield Header()
         yield Static("loading...", id="stats")
         yield DataTable(id="statnodes", zebra_stripes=True)
+        yield DataTable(id="statcats", zebra_stripes=True)
+        yield DataTable(id="statdown", zebra_stripes=True)
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#statnodes", DataTable).add_columns(
             "node", "availability", "interruptions", "down", "MTBF"
         )
+        self.query_one("#statcats", DataTable).add_columns("category", "pages")
+        self.query_one("#statdown", DataTable).add_columns("node", "down from (UTC)", "for")
         self.load()
 
     @work(thread=True, exclusive=True, exit_on_error=False, description="loading the fleet statistics")
@@ -42,16 +46,22 @@ class StatsScreen(DataScreen):
         rep = msg.rep
         f = rep.get("fleet") or {}
         tl = rep.get("timeline") or []
-        lines = [
+        mtbf = "-" if f.get("mtbf_s") is None else f"{f['mtbf_s'] / 3600:.1f} h"
+        self.query_one("#stats", Static).update(
             f"[b]fleet[/b]: {f.get('nodes', 0)} nodes, availability {f.get('availability', 1):.4%}, "
-            f"{f.get('interruptions', 0)} interruptions, MTBF {f.get('mtbf_s') or '-'} s",
-            f"incidents by category: {f.get('incidents_by_category') or {}}",
-            "interruptions (newest first):",
-        ]
+            f"{f.get('interruptions', 0)} interruptions, MTBF {mtbf}"
+            if rep.get("window") is not None
+            else "nothing in the store to report on yet"
+        )
+        cats = self.query_one("#statcats", DataTable)
+        cats.clear()
+        for cat, n in sorted((f.get("incidents_by_category") or {}).items(), key=lambda kv: (-kv[1], kv[0])):
+            cats.add_row(cat, str(n))
+        down = self.query_one("#statdown", DataTable)
+        down.clear()
         for x in sorted(tl, key=lambda x: -x["from"])[:15]:
             a = time.strftime("%Y-%m-%d %H:%M", time.gmtime(x["from"]))
-            lines.append(f"  {x['node']:16s} {a}Z  {(x['to'] - x['from']) / 60:.0f} min")
-        self.query_one("#stats", Static).update("\n".join(lines))
+            down.add_row(x["node"], a, f"{(x['to'] - x['from']) / 60:.0f} min")
         t = self.query_one("#statnodes", DataTable)
         t.clear()
         for n in sorted(rep.get("nodes", []), key=lambda n: n["availability"]):
