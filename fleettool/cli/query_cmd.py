@@ -57,7 +57,9 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--rows/--no-rows", help="include every table row (--json)")
         ] = True,
     ) -> None:
-        """List nccl-tests runs: op, ranks, nodes, the footer's average busbw and the peak busbw.
+        """List nccl-tests runs: op, ranks, nodes, the footer's average busbw and the peak busbw, and how many
+        runs of the same shape (op, nodes, ranks per node, largest message, GPU model) the straggler rule compares
+        each with ("no comparable peers" under three of a shape: such a run is never judged).
 
         Example: fleettool nccl --db fleet.duckdb --json
         """
@@ -70,8 +72,11 @@ def register(app: typer.Typer) -> None:
             sql += " WHERE list_contains(nodes, ?)"
             params.append(node)
         sql += " ORDER BY ts NULLS LAST, source"
+        from fleettool.engine.kinds.nccl_localize import MIN_PEERS, describe, shapes
+
         with open_store(db, read_only=True) as store:
             runs = store.query(sql, params)
+            shaped = {x["run_id"]: x["shape"] for x in shapes(store)}
             table: dict[str, list[dict[str, Any]]] = {}
             if rows and runs:
                 for r in store.query(
@@ -91,6 +96,8 @@ def register(app: typer.Typer) -> None:
                 "wrong": r["wrong"],
                 "version": r["version"],
                 "run_id": r["run_id"],
+                "shape": describe(shaped[r["run_id"]]) if r["run_id"] in shaped else None,
+                "peers": _peers(shaped, r["run_id"], MIN_PEERS),
             }
             for r in runs
         ]
@@ -103,6 +110,7 @@ def register(app: typer.Typer) -> None:
                 "avg_busbw_gbps",
                 "peak_busbw_gbps",
                 ("rows", lambda o: len(o["rows"]) if isinstance(o["rows"], list) else o["rows"]),
+                "peers",
                 "source",
             ],
             as_json=json_out,
@@ -121,3 +129,11 @@ def register(app: typer.Typer) -> None:
             )
         out = [with_iso(r, "first_seen", "last_seen") for r in rows]
         emit(out, ["node", "gpu", "uuid", "pci_bus_id", "model", "driver"], as_json=json_out)
+
+
+def _peers(shaped: dict[str, Any], run_id: str, min_peers: int) -> str:
+    """How the straggler rule sees a run: the others of its shape, or why it is not judged."""
+    if run_id not in shaped:
+        return "not judged: no nodes or bandwidth"
+    n = sum(1 for s in shaped.values() if s == shaped[run_id])
+    return f"{n - 1} of its shape" if n >= min_peers else f"no comparable peers ({n - 1} of its shape)"

@@ -18,13 +18,16 @@
             exp_alerts:                      # empty: the rule must not fire
               - exp_labels: {hostname: n1, gpu: "2", severity: warning, category: thermal, action: inspect-hardware}
 
-Time starts at 0 (1970-01-01) like promtool's. An alert is expected when it is firing at eval_time. The same
+Time starts at 0 (1970-01-01) like promtool's. An alert is expected when it is firing at eval_time: a duration
+from 0, or (fleettool extension, for input_files whose names carry their time) an ISO time such as
+2026-11-30T00:20:00Z. The same
 file runs under the real `promtool test rules` against the exported Prometheus rules for the rules PromQL can
 express (tests/test_rules.py), which keeps both engines honest.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,7 +200,7 @@ def run_test_file(path: Path, rules: list[Rule] | None = None) -> list[CaseResul
             cache: dict[tuple[str, float], list[Finding]] = {}
             for at in case.get("alert_rule_test") or []:
                 name = at["alertname"]
-                t = parse_duration(at.get("eval_time", 0), "eval_time")
+                t = eval_time(at.get("eval_time", 0))
                 rule = by_name.get(name)
                 if rule is None:
                     results.append(CaseResult(str(path), ti, name, t, False, f"no rule named {name}"))
@@ -244,3 +247,15 @@ def coverage(rules: list[Rule], test_files: list[Path]) -> list[str]:
         if r.alert not in quiet:
             out.append(f"{r.source}: rule {r.alert}: no must-not-fire test (empty exp_alerts)")
     return out
+
+
+def eval_time(v: Any) -> float:
+    """A test's eval_time: a duration from time 0 (promtool's), or an ISO date-time (files with a time of their
+    own, e.g. nccl-tests logs named after when they ran)."""
+    if isinstance(v, dt.datetime):  # YAML reads an unquoted ISO time as a datetime
+        return (v if v.tzinfo else v.replace(tzinfo=dt.timezone.utc)).timestamp()
+    if isinstance(v, str) and re.match(r"\d{4}-\d\d-\d\d", v.strip()):
+        from fleettool.units import parse_iso
+
+        return parse_iso(v)
+    return parse_duration(v, "eval_time")
