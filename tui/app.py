@@ -13,6 +13,7 @@ import os
 import time
 from typing import Any
 
+from rich.cells import cell_len
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -31,6 +32,7 @@ HELP_BEFORE_SCREENS = [
     ("s", "silence the alert's node for 2 h (asks first)"),
     ("r", "resolve the alert by hand (asks first)"),
 ]
+ALERT_COLUMNS = ("severity", "category", "node", "gpu", "action", "state", "note", "summary")
 # what each action does, for the confirmation and the notice after it
 ACTIONS = {
     "ack": ("Acknowledge", 4 * 3600.0),
@@ -69,6 +71,7 @@ class FleetTui(ShowsWorkerErrors, App[None]):
         # the alert the cursor is on, by id: a refresh, a filter or a return from another screen puts the
         # cursor back on it (or, when it is gone, on the row where it was), never on row 0 by default
         self.selected_id: str | None = None
+        self._widths: list[int] = []
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=self.clock)
@@ -79,7 +82,7 @@ class FleetTui(ShowsWorkerErrors, App[None]):
 
     def on_mount(self) -> None:
         t = self.query_one("#alerts", DataTable)
-        t.add_columns("severity", "category", "node", "gpu", "action", "state", "note", "summary")
+        self._set_columns(t, [])
         self.query_one("#filter", Input).display = False
         self.load_alerts()
         self.set_interval(self.refresh_s, self.load_alerts)
@@ -110,31 +113,49 @@ class FleetTui(ShowsWorkerErrors, App[None]):
             ).lower()
         ]
 
+    def _cells(self, r: dict[str, Any]) -> tuple[str, ...]:
+        """One alert's row, plain text (the severity is styled when added)."""
+        note = ("silenced " if r["silenced"] else "") + (f"ack:{r['ack_by']}" if r["acknowledged"] else "")
+        gpu = "-" if r["gpu"] is None else str(r["gpu"])
+        return (
+            r["severity"],
+            r["category"],
+            r["node"],
+            gpu,
+            r["action"],
+            r["state"],
+            note,
+            r["summary"][:120],
+        )
+
+    def _set_columns(self, t: DataTable[Any], rows: list[tuple[str, ...]]) -> None:
+        """The columns sized to their header and cells here and now. DataTable would measure new rows on its
+        next idle, and rows it paints before that stay cached at the old widths (seen as header-wide columns
+        in a snapshot under load); sizing them before the rows go in leaves no such frame."""
+        widths = [
+            max([cell_len(h), *(cell_len(row[i]) for row in rows)]) for i, h in enumerate(ALERT_COLUMNS)
+        ]
+        if widths == self._widths:
+            return
+        t.clear(columns=True)
+        for h, w in zip(ALERT_COLUMNS, widths, strict=True):
+            t.add_column(h, width=w, key=h)
+        self._widths = widths
+
     def render_rows(self) -> None:
         t = self.query_one("#alerts", DataTable)
         keep_id, keep_row = self.selected_id, t.cursor_row
         vis = self.visible_rows()
+        cells = [self._cells(r) for r in vis]
+        self._set_columns(t, cells)
         t.clear()
-        for r in vis:
-            note = ("silenced " if r["silenced"] else "") + (
-                f"ack:{r['ack_by']}" if r["acknowledged"] else ""
-            )
-            sev = f"[{SEV_STYLE.get(r['severity'], '')}]{r['severity']}[/]"
-            t.add_row(
-                sev,
-                r["category"],
-                r["node"],
-                "-" if r["gpu"] is None else str(r["gpu"]),
-                r["action"],
-                r["state"],
-                note,
-                r["summary"][:120],
-                key=r["alert_id"],
-            )
+        for r, c in zip(vis, cells, strict=True):
+            sev = f"[{SEV_STYLE.get(r['severity'], '')}]{c[0]}[/]"
+            t.add_row(sev, *c[1:], key=r["alert_id"])
         ids = [r["alert_id"] for r in vis]
         # gone (resolved away, filtered out): the row where it was, within the list
         row = ids.index(keep_id) if keep_id in ids else min(keep_row or 0, len(ids) - 1)
-        if ids:
+        if ids and max(row, 0) != t.cursor_row:
             t.move_cursor(row=max(row, 0), animate=False)
         self.selected_id = ids[t.cursor_row] if ids else None
         self.query_one("#status", Static).update(self.status_line(vis))
