@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -108,12 +109,32 @@ def register(app: typer.Typer) -> None:
         db: DbOpt = DEFAULT_DB,
         fleet: FleetInsteadOpt = None,
         json_out: JsonOpt = False,
+        incidents: Annotated[
+            Path | None,
+            typer.Option(
+                help="an incident log instead of the store: the InfiniteHBD trace's JSON, or a CSV "
+                "node,start,end,category[,subcategory]"
+            ),
+        ] = None,
+        servers: Annotated[
+            int | None,
+            typer.Option(min=1, help="the fleet's size (a log names only the servers that failed)"),
+        ] = None,
+        html_out: Annotated[
+            Path | None, typer.Option("--html", help="also write a self-contained HTML page with the charts")
+        ] = None,
     ) -> None:
         """Fleet statistics: availability per node and fleet, MTBF, incidents by category, and the interruption
-        timeline (overlapping incidents of a node merged).
+        timeline (overlapping incidents of a node merged). With --incidents FILE --servers N: a reliability
+        report of an incident log (MTBF, availability, classes, repeat offenders, repair times) with charts.
 
-        Example: fleettool report --db fleet.duckdb --json
+        Example: fleettool report --incidents fault_trace.json --servers 400 --html report.html
         """
+        if incidents is not None:
+            _incident_report(incidents, servers, json_out, html_out)
+            return
+        if servers is not None or html_out is not None:
+            raise die("--servers and --html go with --incidents FILE", ExitCode.USAGE)
         from fleettool.stats import report as make_report
 
         if fleet:
@@ -141,3 +162,33 @@ def register(app: typer.Typer) -> None:
         )
         if rep.get("nodes"):
             print_table(rep["nodes"], ["node", "availability", "interruptions", "down_s", "mtbf_s"])
+
+
+def _incident_report(path: Path, servers: int | None, json_out: bool, html_out: Path | None) -> None:
+    from fleettool.reliability import IncidentLogError, read_incidents, summarize
+    from fleettool.reliability_plots import page, terminal
+
+    if servers is None:
+        raise die("--incidents needs --servers N: a log names only the servers that failed", ExitCode.USAGE)
+    if not path.is_file():
+        raise die(f"{path}: no such file", ExitCode.BAD_INPUT)
+    try:
+        df, span = read_incidents(path)
+        rep = summarize(df, servers, span)
+    except IncidentLogError as e:
+        raise die(str(e), ExitCode.BAD_INPUT) from None
+    if html_out is not None:
+        html_out.write_text(page(rep, f"fleet reliability: {path.name}"), encoding="utf-8")
+    if json_out:
+        print_json(rep)
+        return
+    ro, rd = rep["repeat_offenders"], rep["repair_days"]
+    share = f"{ro['top_10pct_share']:.1%}" if ro["top_10pct_share"] is not None else "-"
+    print(
+        f"{rep['faults']} faults on {rep['servers_affected']} of {rep['servers']} servers over "
+        f"{rep['span_days']:g} days: MTBF {rep['mtbf_days']} server-days, availability {rep['availability']}\n"
+        f"repair days: median {rd['median']}, mean {rd['mean']}, p90 {rd['p90']}; the top 10 % of affected "
+        f"servers ({ro['top_10pct_servers']}) hold {share} of the faults; {ro['servers_5plus']} servers have 5+"
+    )
+    print_table([{"class": k, "faults": v} for k, v in rep["by_class"].items()], ["class", "faults"])
+    print(terminal(rep))

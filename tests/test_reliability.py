@@ -1,0 +1,93 @@
+"""The fleet reliability report from an incident log: on the public InfiniteHBD trace it agrees with the trace's
+own README and statistics (584 faults on 231 servers, the class counts of fault_statistics.json); MTBF and
+availability checked by hand on a small CSV with overlapping faults; the CLI's JSON, HTML and errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fleettool.reliability import IncidentLogError, read_incidents, summarize
+from tests.conftest import FIXTURES, run_cli
+
+TRACE = FIXTURES / "samples" / "fault-traces" / "infinitehbd"
+
+
+def test_the_trace_agrees_with_its_own_statistics() -> None:
+    df, span = read_incidents(TRACE / "fault_trace.json")
+    rep = summarize(df, 400, span)
+    assert rep["faults"] == 584 and rep["servers_affected"] == 231 and rep["servers"] == 400
+    assert span == pytest.approx(348.9798)  # the README's "348 days"
+    stats = json.loads((TRACE / "fault_statistics.json").read_text())
+    want = {
+        f"{level} / {cls}": v["ClassTotal"]
+        for level, classes in stats.items()
+        for cls, v in classes.items()
+        if isinstance(v, dict)
+    }
+    assert rep["by_class"] == dict(sorted(want.items(), key=lambda kv: (-kv[1], kv[0])))
+    assert sum(rep["by_class"].values()) == 584
+    assert rep["mtbf_days"] == pytest.approx(400 * 348.9798 / 584, abs=1e-3)
+    assert 0.9 < rep["availability"] < 1.0
+    assert (
+        rep["repeat_offenders"]["top"][0]["faults"] == 14
+        and rep["repeat_offenders"]["top_10pct_servers"] == 24
+    )
+    assert sum(b["count"] for b in rep["mtbi_hist"]) == 584 - 231  # one gap fewer than faults per server
+
+
+def test_mtbf_and_availability_by_hand(tmp_path: Path) -> None:
+    log = tmp_path / "incidents.csv"
+    log.write_text(
+        "node,start,end,category,subcategory\n"
+        "n1,2026-01-01T00:00:00Z,2026-01-03T00:00:00Z,GPU,XID 79\n"
+        "n1,2026-01-02T00:00:00Z,2026-01-04T00:00:00Z,NIC,link down\n"  # overlaps the first: counted once
+        "n2,2026-01-06T00:00:00Z,2026-01-07T00:00:00Z,GPU,DBE\n"
+    )
+    df, span = read_incidents(log)
+    rep = summarize(df, 4, span)
+    # 4 servers over 6 days (Jan 1 to Jan 7) = 24 server-days; 3 faults; down: n1 3 days (not 4), n2 1 day
+    assert rep["span_days"] == 6.0 and rep["mtbf_days"] == 8.0
+    assert rep["down_days"] == 4.0 and rep["availability"] == round(1 - 4 / 24, 6)
+    assert rep["by_class"] == {"GPU": 2, "NIC": 1}
+    assert rep["repair_days"] == {"median": 2.0, "mean": round(5 / 3, 4), "p90": 2.0}
+    assert rep["repeat_offenders"]["top"] == [{"server": "n1", "faults": 2}, {"server": "n2", "faults": 1}]
+    with pytest.raises(IncidentLogError, match="fewer than the 2 servers"):
+        summarize(df, 1, span)
+
+
+def test_bad_logs_name_the_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("node,start,end,category\nn1,yesterday,,GPU\n")
+    with pytest.raises(IncidentLogError, match=r"bad.csv:2: not a time: 'yesterday'"):
+        read_incidents(bad)
+    other = tmp_path / "other.csv"
+    other.write_text("host,when\nx,1\n")
+    with pytest.raises(IncidentLogError, match=r"other.csv:1: not an incident log"):
+        read_incidents(other)
+
+
+def test_cli_json_html_and_exit_codes(tmp_path: Path) -> None:
+    page = tmp_path / "r.html"
+    args = ("report", "--incidents", str(TRACE / "fault_trace.json"), "--servers", "400")
+    r = run_cli(*args, "--json", "--html", str(page))
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    keys = {"faults", "servers", "servers_affected", "span_days", "mtbf_days", "availability", "by_class"}
+    assert keys | {"repeat_offenders", "repair_days", "mtbi_hist"} <= set(rep)
+    text = page.read_text()
+    assert text.startswith("<!doctype html>") and text.count("<svg") == 3 and "<script" not in text
+    plain = run_cli(*args)
+    assert plain.returncode == 0 and "584 faults on 231 of 400 servers" in plain.stdout
+    assert (
+        "faults per week" in plain.stdout
+        and "repeat offenders" in plain.stdout
+        and "\x1b[" not in plain.stdout
+    )
+    assert run_cli("report", "--incidents", str(TRACE / "fault_trace.json")).returncode == 2  # no --servers
+    assert run_cli("report", "--incidents", str(tmp_path / "none.json"), "--servers", "4").returncode == 3
+    (tmp_path / "g.csv").write_text("garbage\n")
+    g = run_cli("report", "--incidents", str(tmp_path / "g.csv"), "--servers", "4")
+    assert g.returncode == 3 and "g.csv:1: not an incident log" in g.stderr
