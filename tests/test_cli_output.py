@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,40 @@ def test_burnin_table_keeps_brackets_in_reasons(
     out, err = capsys.readouterr()
     assert why in out  # not eaten as a style tag
     assert err.strip() == "burn-in n1: exit code 7 (INCONCLUSIVE)"
+
+
+def test_read_commands_speak_csv_and_parquet(tmp_path: Path) -> None:
+    import csv
+    import io
+
+    import polars as pl
+
+    from tests.conftest import SCENARIOS, run_cli
+
+    db = tmp_path / "f.duckdb"
+    assert run_cli("replay", str(SCENARIOS / "gpu-fell-off-bus"), "--db", str(db), "-q").returncode == 0
+    as_json = json.loads(run_cli("events", "--db", str(db), "--json").stdout)
+    rows = list(csv.DictReader(io.StringIO(run_cli("events", "--db", str(db), "--format", "csv").stdout)))
+    assert [r["message"] for r in rows] == [e["message"] for e in as_json] and rows[0]["ts"] == as_json[0][
+        "ts"
+    ]
+    out = tmp_path / "ev.parquet"
+    with out.open("wb") as f:
+        assert (
+            subprocess.run(
+                [*_cli(), "events", "--db", str(db), "--format", "parquet"], stdout=f, timeout=60
+            ).returncode
+            == 0
+        )
+    df = pl.read_parquet(out)
+    assert df.height == len(as_json) and df["code"].drop_nulls().to_list() == [79]
+    bad = run_cli("gpus", "--db", str(db), "--format", "xml")
+    assert bad.returncode == 2 and "one of table, json, csv, parquet" in bad.stderr
+
+
+def _cli() -> list[str]:
+    import shutil
+    import sys
+
+    here = Path(sys.executable).parent / "fleettool"
+    return [str(here)] if here.exists() else [shutil.which("fleettool") or "fleettool"]

@@ -286,6 +286,7 @@ LAYERS: list[set[str]] = [
         "fleettool.report",
         "fleettool.reliability",
         "fleettool.reliability_plots",
+        "fleettool.analytics",
     },
     {"fleettool.engine"},
     {"fleettool.pipeline", "fleettool.burnin", "fleettool.lifecycle", "fleettool.export", "fleettool.views"},

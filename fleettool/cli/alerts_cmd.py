@@ -13,7 +13,7 @@ import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, open_store, parse_duration
 from fleettool.cli.exit_codes import ExitCode
-from fleettool.cli.options import DbOpt, JsonOpt, ReasonOpt, WhoOpt
+from fleettool.cli.options import DbOpt, FormatOpt, JsonOpt, ReasonOpt, WhoOpt
 from fleettool.cli.output import emit, with_iso
 from fleettool.store.alerts import ALERT_STATES, AlertOrder, list_alerts
 
@@ -30,6 +30,7 @@ def alerts(
     ctx: typer.Context,
     db: DbOpt = DEFAULT_DB,
     json_out: JsonOpt = False,
+    fmt: FormatOpt = "table",
     state: Annotated[
         str | None, typer.Option(help=f"only alerts in this state ({', '.join(ALERT_STATES)})")
     ] = None,
@@ -53,6 +54,7 @@ def alerts(
         [with_iso(r, "first_seen", "last_seen", "ack_until") for r in rows],
         ["alert_id", "severity", "category", "node", "gpu", "action", "state", ("note", _note), "summary"],
         as_json=json_out,
+        fmt=fmt,
     )
 
 
@@ -153,7 +155,7 @@ def silence_add(
 
 
 @silence_app.command("list")
-def silence_list(db: DbOpt = DEFAULT_DB, json_out: JsonOpt = False) -> None:
+def silence_list(db: DbOpt = DEFAULT_DB, json_out: JsonOpt = False, fmt: FormatOpt = "table") -> None:
     """List silences still in force.
 
     Example: fleettool silence list --json
@@ -162,7 +164,12 @@ def silence_list(db: DbOpt = DEFAULT_DB, json_out: JsonOpt = False) -> None:
 
     with open_store(db, read_only=True) as store:
         rows = [with_iso(r, "created", "until") for r in active_silences(store, time.time())]
-    emit(rows, ["silence_id", "node", "gpu", "rule", "category", "until", "who", "reason"], as_json=json_out)
+    emit(
+        rows,
+        ["silence_id", "node", "gpu", "rule", "category", "until", "who", "reason"],
+        as_json=json_out,
+        fmt=fmt,
+    )
 
 
 @silence_app.command("expire")

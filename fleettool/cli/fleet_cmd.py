@@ -11,7 +11,7 @@ import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, hostname, open_store
 from fleettool.cli.exit_codes import ExitCode
-from fleettool.cli.options import FleetInsteadOpt, FleetOpt, JsonOpt
+from fleettool.cli.options import FleetInsteadOpt, FleetOpt, FormatOpt, JsonOpt
 from fleettool.cli.output import emit, print_json, with_iso
 
 if TYPE_CHECKING:
@@ -87,6 +87,7 @@ def fleet_alerts(
         typer.Option("--evaluate", help="evaluate the rules over the whole fleet (fleet-wide peers, NCCL)"),
     ] = False,
     json_out: JsonOpt = False,
+    fmt: FormatOpt = "table",
 ) -> None:
     """Alerts of every node of a fleet location: the agents' own (exported), or with --evaluate the rules run
     over every node's segments at once (GPUs against the fleet baseline of their SKU, NCCL localisation across
@@ -107,7 +108,7 @@ def fleet_alerts(
     # silences and acknowledgements are each agent's own and are not exported: the fleet's rows have none
     out = [with_iso({c: r[c] for c in LIST_COLUMNS}, "first_seen", "last_seen") for r in rows]
     gpu = ("gpu", lambda r: "-" if r["gpu"] is None else r["gpu"])
-    emit(out, ["severity", "category", "node", gpu, "action", "state", "summary"], as_json=json_out)
+    emit(out, ["severity", "category", "node", gpu, "action", "state", "summary"], as_json=json_out, fmt=fmt)
 
 
 def register_tui(app: typer.Typer) -> None:

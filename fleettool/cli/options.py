@@ -19,6 +19,23 @@ import typer
 DbReadOpt = Annotated[Path, typer.Option("--db", help="DuckDB file to read (opened read-only)")]
 DbOpt = Annotated[Path, typer.Option("--db", help="DuckDB file")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print JSON instead of text")]
+FORMATS = ("table", "json", "csv", "parquet")
+
+
+def _format(value: str) -> str:
+    if value not in FORMATS:
+        raise typer.BadParameter(f"{value!r} is not a format (one of {', '.join(FORMATS)})")
+    return value
+
+
+FormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--format",
+        callback=_format,
+        help="table, json (as --json), csv, or parquet (binary: redirect it to a file)",
+    ),
+]
 NodeFilterOpt = Annotated[str | None, typer.Option("--node", help="only this node")]
 WhoOpt = Annotated[str, typer.Option("--by", help="who (default: $USER)")]
 ReasonOpt = Annotated[str, typer.Option("--reason", "-m", help="why")]

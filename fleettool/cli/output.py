@@ -1,4 +1,5 @@
-"""How commands print what they read: the same rows as JSON for scripts (`--json`) or as a table for people.
+"""How commands print what they read: the same rows as JSON for scripts (`--json`, `--format json`), CSV or
+Parquet for analysis (`--format csv|parquet`), or as a table for people.
 
 stdout is data. JSON is `json.dump(..., indent=1)` plus a newline, the shape scripts and the tests rely on. Tables
 are printed by rich without borders: one row per line, columns two spaces apart, headers in capitals, cells
@@ -84,9 +85,45 @@ def print_table(rows: Sequence[Row], columns: Sequence[Column]) -> None:
         print(line.rstrip())
 
 
-def emit(rows: Sequence[Row], columns: Sequence[Column], *, as_json: bool) -> None:
-    """The rows as a JSON array (every field) when as_json, else a table of these columns."""
-    if as_json:
+def _flat(v: Any) -> Any:
+    """A cell for CSV or Parquet: lists and mappings as JSON text (a CSV cell holds one value)."""
+    if isinstance(v, (list, tuple, dict)):
+        return json.dumps(v, default=str, separators=(",", ":"))
+    return v
+
+
+def emit(rows: Sequence[Row], columns: Sequence[Column], *, as_json: bool, fmt: str = "table") -> None:
+    """The rows in `fmt`: a table of these columns; or, with every field, a JSON array (`as_json` too), CSV
+    with a header, or Parquet (through polars, to a redirected stdout)."""
+    if as_json or fmt == "json":
         print_json(list(rows))
+    elif fmt == "csv":
+        import csv
+
+        keys = list(dict.fromkeys(k for r in rows for k in r)) or [
+            c if isinstance(c, str) else c[0] for c in columns
+        ]
+        w = csv.DictWriter(sys.stdout, fieldnames=keys, lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: _flat(r.get(k)) for k in keys})
+    elif fmt == "parquet":
+        import io
+
+        import polars as pl
+
+        if sys.stdout.isatty():
+            import typer
+
+            raise typer.BadParameter(
+                "parquet is binary: redirect it to a file (> rows.parquet)", param_hint="--format"
+            )
+        buf = io.BytesIO()
+        pl.DataFrame(
+            [{k: _flat(v) for k, v in r.items()} for r in rows], infer_schema_length=None
+        ).write_parquet(buf)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(buf.getvalue())
+        sys.stdout.buffer.flush()
     else:
         print_table(rows, columns)

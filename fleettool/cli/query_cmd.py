@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from fleettool.cli.common import DEFAULT_DB, open_store
-from fleettool.cli.options import DbReadOpt, JsonOpt, NodeFilterOpt
+from fleettool.cli.options import DbReadOpt, FormatOpt, JsonOpt, NodeFilterOpt
 from fleettool.cli.output import emit, iso, with_iso
 
 
@@ -19,6 +19,7 @@ def register(app: typer.Typer) -> None:
     def events(
         db: DbReadOpt = DEFAULT_DB,
         json_out: JsonOpt = False,
+        fmt: FormatOpt = "table",
         node: NodeFilterOpt = None,
         kind: Annotated[
             str | None, typer.Option(help="only this kind (xid, sxid, fell-off-bus, nvml-error, agent)")
@@ -46,12 +47,13 @@ def register(app: typer.Typer) -> None:
             rows = store.query(sql, params)
         cols = ("ts", "node", "gpu", "uuid", "pci_bus_id", "kind", "code", "message", "source")
         out = [with_iso({c: r[c] for c in cols}, "ts") for r in rows]
-        emit(out, ["ts", "node", "gpu", "kind", "code", "message"], as_json=json_out)
+        emit(out, ["ts", "node", "gpu", "kind", "code", "message"], as_json=json_out, fmt=fmt)
 
     @app.command()
     def nccl(
         db: DbReadOpt = DEFAULT_DB,
         json_out: JsonOpt = False,
+        fmt: FormatOpt = "table",
         node: Annotated[str | None, typer.Option(help="only runs that include this node")] = None,
         rows: Annotated[
             bool, typer.Option("--rows/--no-rows", help="include every table row (--json)")
@@ -114,10 +116,11 @@ def register(app: typer.Typer) -> None:
                 "source",
             ],
             as_json=json_out,
+            fmt=fmt,
         )
 
     @app.command()
-    def gpus(db: DbReadOpt = DEFAULT_DB, json_out: JsonOpt = False) -> None:
+    def gpus(db: DbReadOpt = DEFAULT_DB, json_out: JsonOpt = False, fmt: FormatOpt = "table") -> None:
         """List the GPUs the store knows (node, index, UUID, PCI id, model, driver).
 
         Example: fleettool gpus --db fleet.duckdb
@@ -128,7 +131,7 @@ def register(app: typer.Typer) -> None:
                 "ORDER BY node, gpu"
             )
         out = [with_iso(r, "first_seen", "last_seen") for r in rows]
-        emit(out, ["node", "gpu", "uuid", "pci_bus_id", "model", "driver"], as_json=json_out)
+        emit(out, ["node", "gpu", "uuid", "pci_bus_id", "model", "driver"], as_json=json_out, fmt=fmt)
 
 
 def _peers(shaped: dict[str, Any], run_id: str, min_peers: int) -> str:

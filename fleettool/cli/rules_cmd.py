@@ -10,7 +10,7 @@ import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, open_store
 from fleettool.cli.exit_codes import ExitCode
-from fleettool.cli.options import DbOpt, JsonOpt, RulesOpt
+from fleettool.cli.options import DbOpt, FormatOpt, JsonOpt, RulesOpt
 from fleettool.cli.output import emit
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def _undecodable(paths: list[Path]) -> str:
 
 
 @rules_app.command("list")
-def list_rules(rules: RulesOpt = None, json_out: JsonOpt = False) -> None:
+def list_rules(rules: RulesOpt = None, json_out: JsonOpt = False, fmt: FormatOpt = "table") -> None:
     """List the rules: name, kind, severity, category, action, runbook.
 
     Example: fleettool rules list --json
@@ -72,7 +72,7 @@ def list_rules(rules: RulesOpt = None, json_out: JsonOpt = False) -> None:
         }
         for r in rs
     ]
-    emit(rows, ["alert", "kind", "severity", "category", "action"], as_json=json_out)
+    emit(rows, ["alert", "kind", "severity", "category", "action"], as_json=json_out, fmt=fmt)
 
 
 @rules_app.command()
@@ -176,6 +176,7 @@ def register_baselines(app: typer.Typer) -> None:
         db: DbOpt = DEFAULT_DB,
         update: Annotated[bool, typer.Option("--update", help="recompute from the store and save")] = False,
         json_out: JsonOpt = False,
+        fmt: FormatOpt = "table",
     ) -> None:
         """Fleet baselines per (SKU, driver): median and MAD of loaded clocks, tensor activity, power, NCCL
         busbw and burn-in figures. --update recomputes them from the store.
@@ -192,4 +193,4 @@ def register_baselines(app: typer.Typer) -> None:
                 bs = compute(store)
                 save(store, bs, time.time())
             rows = list_baselines(store)
-        emit(rows, ["model", "driver", "metric", "key", "median", "mad", "n"], as_json=json_out)
+        emit(rows, ["model", "driver", "metric", "key", "median", "mad", "n"], as_json=json_out, fmt=fmt)
