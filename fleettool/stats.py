@@ -51,7 +51,11 @@ def merge_intervals(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def report(store: Store, start: float | None = None, end: float | None = None) -> dict[str, Any]:
+def report(
+    store: Store, start: float | None = None, end: float | None = None, servers: int | None = None
+) -> dict[str, Any]:
+    """Availability per node and fleet, MTBF, pages by category, the interruption timeline, and `reliability`:
+    the incident-log report over the same faults (`servers`: the fleet's size, default the nodes seen)."""
     rows = list_alerts(store)
     rng = store.query(
         "SELECT min(t0) AS a, max(t1) AS b FROM (SELECT min(ts) t0, max(ts) t1 FROM samples "
@@ -75,6 +79,7 @@ def report(store: Store, start: float | None = None, end: float | None = None) -
     )
     out_of_service = lifecycle_intervals(store, t1)
     per_node = []
+    faults: list[dict[str, Any]] = []  # each page and each time out of service, unmerged, for `reliability`
     cats: Counter[str] = Counter()
     total_down = 0.0
     incidents = 0
@@ -82,6 +87,12 @@ def report(store: Store, start: float | None = None, end: float | None = None) -
     for node in nodes:
         mine = [r for r in rows if r["node"] == node and r["action"] in DISRUPTIVE and r["severity"] == PAGE]
         iv = [(_e(r["first_seen"]), _e(r["last_seen"])) for r in mine] + out_of_service.get(node, [])
+        labels = [r["category"] for r in mine] + ["out of service"] * len(out_of_service.get(node, []))
+        faults += [
+            {"node": node, "start": max(a, t0), "end": min(max(a, b), t1), "category": c}
+            for (a, b), c in zip(iv, labels, strict=True)
+            if b >= t0 and a <= t1
+        ]
         iv = [(max(a, t0), min(max(a, b), t1)) for a, b in iv if b >= t0 and a <= t1]
         merged = merge_intervals(iv)
         down = sum(b - a for a, b in merged)
@@ -110,4 +121,26 @@ def report(store: Store, start: float | None = None, end: float | None = None) -
         "nodes": per_node,
         "fleet": fleet,
         "timeline": sorted(timeline, key=lambda x: x["from"]),
+        "reliability": reliability(faults, servers or len(nodes), span),
     }
+
+
+def reliability(faults: list[dict[str, Any]], servers: int, span_s: float) -> dict[str, Any]:
+    """The incident-log report (fleettool.reliability.summarize) of the store's own faults: pages and time out
+    of service, in days."""
+    import polars as pl
+
+    from fleettool.reliability import SCHEMA, summarize
+
+    rows = [
+        {
+            "node": f["node"],
+            "start": f["start"] / 86400,
+            "end": f["end"] / 86400,
+            "category": f["category"],
+            "sub": "",
+        }
+        for f in faults
+    ]
+    df = pl.DataFrame(rows, schema=SCHEMA, orient="row") if rows else pl.DataFrame(schema=SCHEMA)
+    return summarize(df, max(servers, df["node"].n_unique() if rows else 0, 1), span_s / 86400)

@@ -141,6 +141,11 @@ def test_warnings_never_count_as_down_time_and_a_resolve_by_hand_ends_nothing_la
     assert after["gpu-21"]["down_s"] == before["gpu-21"]["down_s"]
     text = run_cli("report", "--db", str(db)).stdout
     assert "MTBF" in text and "None" not in text
+    # the same faults as an incident log's report: the page only (gpu-07's warning is no fault)
+    rel = json.loads(run_cli("report", "--db", str(db), "--json", "--servers", "10").stdout)["reliability"]
+    assert rel["faults"] == 1 and rel["servers"] == 10 and rel["servers_affected"] == 1
+    assert rel["by_class"] == {"gpu-lost": 1}
+    assert rel["down_days"] == round(after["gpu-21"]["down_s"] / 86400, 4)
 
 
 def test_merge_intervals() -> None:

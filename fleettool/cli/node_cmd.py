@@ -118,7 +118,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
         servers: Annotated[
             int | None,
-            typer.Option(min=1, help="the fleet's size (a log names only the servers that failed)"),
+            typer.Option(
+                min=1,
+                help="the fleet's size (a log names only the servers that failed; for a store, default: the nodes seen)",
+            ),
         ] = None,
         html_out: Annotated[
             Path | None, typer.Option("--html", help="also write a self-contained HTML page with the charts")
@@ -133,18 +136,18 @@ def register(app: typer.Typer) -> None:
         if incidents is not None:
             _incident_report(incidents, servers, json_out, html_out)
             return
-        if servers is not None or html_out is not None:
-            raise die("--servers and --html go with --incidents FILE", ExitCode.USAGE)
+        if html_out is not None:
+            raise die("--html goes with --incidents FILE", ExitCode.USAGE)
         from fleettool.stats import report as make_report
 
         if fleet:
             from fleettool.cli.fleet_cmd import open_fleet_or_die
 
             with open_fleet_or_die(fleet) as store:
-                rep = make_report(store)
+                rep = make_report(store, servers=servers)
         else:
             with open_store(db, read_only=True) as store:
-                rep = make_report(store)
+                rep = make_report(store, servers=servers)
         if json_out:
             print_json(rep, default=str)
             return
@@ -162,6 +165,14 @@ def register(app: typer.Typer) -> None:
         )
         if rep.get("nodes"):
             print_table(rep["nodes"], ["node", "availability", "interruptions", "down_s", "mtbf_s"])
+        rel = rep["reliability"]
+        if rel["faults"]:
+            rd = rel["repair_days"]
+            print(
+                f"reliability: {rel['faults']} faults on {rel['servers_affected']} of {rel['servers']} servers, "
+                f"MTBF {rel['mtbf_days']} server-days, repair days median {rd['median']} / p90 {rd['p90']} "
+                "(report --incidents FILE for an incident log)"
+            )
 
 
 def _incident_report(path: Path, servers: int | None, json_out: bool, html_out: Path | None) -> None:
