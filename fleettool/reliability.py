@@ -6,7 +6,7 @@ fail again and again. Computed with polars, from any of:
   Desc);
 - a CSV with a header `node,start,end,category[,subcategory]` (times ISO 8601 or unix seconds; an empty end is
   a fault still open at the end of the log);
-- fleettool's own store (`incidents_from_store`: pages and lifecycle time out of service, as `report` counts).
+- fleettool's own store (fleettool.stats.report's `reliability`: pages and lifecycle time out of service).
 
 The figures (`summarize`):
 - `mtbf_days`: fleet server-days over faults (servers x span / faults);
@@ -129,18 +129,6 @@ def _from_csv(path: Path, text: str) -> tuple[pl.DataFrame, float | None]:
         return df, None
     last = float(pl.concat([df["start"], df["end"].drop_nulls()]).max())  # type: ignore[arg-type]
     return df.with_columns(pl.col("end").fill_null(last)), None
-
-
-def incidents_from_store(
-    intervals: dict[str, list[tuple[float, float]]], categories: dict[str, str]
-) -> pl.DataFrame:
-    """Down intervals per node (unix seconds, as fleettool.stats computes them) -> the faults frame, in days."""
-    rows = [
-        {"node": n, "start": a / 86400.0, "end": b / 86400.0, "category": categories.get(n, ""), "sub": ""}
-        for n, iv in intervals.items()
-        for a, b in iv
-    ]
-    return pl.DataFrame(rows, schema=SCHEMA, orient="row") if rows else pl.DataFrame(schema=SCHEMA)
 
 
 def _union_per_node(df: pl.DataFrame) -> pl.DataFrame:
