@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import SCENARIOS, run_cli
+from tests.test_tui import _settle
 
 pytest.importorskip("textual")
 
@@ -20,14 +21,6 @@ def db(tmp_path: Path) -> Path:
     for sc in ("dbe-remap-pending", "thermal-throttle", "gpu-fell-off-bus"):
         assert run_cli("replay", str(SCENARIOS / sc), "--db", str(p), "-q").returncode == 0
     return p
-
-
-async def _settle(pilot, cond, tries: int = 100) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(tries):
-        await pilot.pause(0.05)
-        if cond():
-            return
-    raise AssertionError("the screen did not reach the expected state")
 
 
 def _acks(db: Path) -> list[tuple[str, str]]:

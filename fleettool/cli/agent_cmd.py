@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fleettool.cli.common import DEFAULT_DB, die, hostname, open_store, parse_duration
+from fleettool.cli.common import DEFAULT_DB, die, hostname, open_store, parse_duration, parse_size_option
 from fleettool.cli.exit_codes import ExitCode
 from fleettool.collectors import registry
 
@@ -314,14 +314,4 @@ def register(app: typer.Typer) -> None:
 
 def _buffer_size(text: str) -> int:
     """--max-buffer as bytes: at least 1 MiB (a usage error, exit 2, otherwise)."""
-    from fleettool.units import parse_size
-
-    try:
-        n = parse_size(text)
-    except ValueError:
-        raise typer.BadParameter(
-            f"not a size: {text!r} (use e.g. 64MiB, 256M)", param_hint="--max-buffer"
-        ) from None
-    if n < 1 << 20:
-        raise typer.BadParameter(f"{text!r} is under 1MiB", param_hint="--max-buffer")
-    return n
+    return parse_size_option(text, "--max-buffer", minimum=1 << 20, example="64MiB, 256M")

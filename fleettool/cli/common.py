@@ -104,3 +104,20 @@ def need_tool(tool: str, needed_by: str, fix: str = "install it or leave that op
     if found is None:
         raise die(f"{tool}: not found on PATH (needed by {needed_by}); {fix}", ExitCode.UNAVAILABLE)
     return found
+
+
+def parse_size_option(text: str, option: str, *, minimum: int = 1, example: str = "64MiB, 2G") -> int:
+    """An option's size ('64MiB', '2G', '65536') -> bytes, at least `minimum`; else a usage error (exit 2)
+    naming the option."""
+    from fleettool.units import parse_size
+
+    try:
+        n = parse_size(text)
+    except ValueError:
+        raise typer.BadParameter(f"not a size: {text!r} (use e.g. {example})", param_hint=option) from None
+    if n < minimum:
+        floor = "1MiB" if minimum == 1 << 20 else f"{minimum} bytes"
+        raise typer.BadParameter(
+            f"{text!r} is under {floor}" if minimum > 1 else f"not a size: {text!r}", param_hint=option
+        )
+    return n

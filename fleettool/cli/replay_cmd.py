@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from fleettool.cli.common import DEFAULT_DB, die, open_store
+from fleettool.cli.common import DEFAULT_DB, die, open_store, parse_size_option
 from fleettool.cli.exit_codes import ExitCode
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "data" / "demo"
@@ -215,19 +215,7 @@ def _replay_into(
 
 
 def _max_bytes(text: str | None) -> int | None:
-    if text is None:
-        return None
-    from fleettool.units import parse_size
-
-    try:
-        n = parse_size(text)
-    except ValueError:
-        raise typer.BadParameter(
-            f"not a size: {text!r} (use e.g. 512M, 2G)", param_hint="--max-file-size"
-        ) from None
-    if n <= 0:
-        raise typer.BadParameter(f"not a size: {text!r}", param_hint="--max-file-size")
-    return n
+    return None if text is None else parse_size_option(text, "--max-file-size", example="512M, 2G")
 
 
 def register(app: typer.Typer) -> None:
