@@ -97,13 +97,17 @@ def incidents(path: str | Path) -> pl.DataFrame:
 
 
 def repeat_offenders(faults: pl.DataFrame) -> pl.DataFrame:
-    """Servers by how many faults they had: node, faults, share (of all faults), rank (1 = most)."""
+    """Servers by how many faults they had: node, faults, share (of all faults), rank (1 = most; ties share
+    the better rank)."""
     n = faults.height or 1
     return (
         faults.group_by("node")
         .len(name="faults")
         .sort(["faults", "node"], descending=[True, False])
-        .with_columns((pl.col("faults") / n).alias("share"), pl.int_range(1, pl.len() + 1).alias("rank"))
+        .with_columns(
+            (pl.col("faults") / n).alias("share"),
+            pl.col("faults").rank("min", descending=True).cast(pl.Int64).alias("rank"),  # ties share a rank
+        )
     )
 
 

@@ -15,7 +15,10 @@ The figures (`summarize`):
   more, and the top servers by count;
 - `repair_days`: median, mean and p90 of fault durations; `mtbi_hist`: days between one server's
   successive faults, binned.
-The fleet size must be given: a log names only the servers that failed.
+The fleet size must be given: a log names only the servers that failed. The span is the log's own when it
+has one (the trace's `event_time` counts days from its time origin, so its span runs from 0 to its last event:
+348.98 days, the trace's "348 days"); for a CSV, from its first start to its last time. A fault_end closes the
+earliest open fault of the same server and fault type.
 """
 
 from __future__ import annotations
@@ -37,14 +40,19 @@ class IncidentLogError(ValueError):
     """The file is not an incident log of a known shape (the message names the file and, when known, line)."""
 
 
+class TooFewServers(ValueError):
+    """--servers is smaller than the number of servers the log names."""
+
+
 def read_incidents(path: Path) -> tuple[pl.DataFrame, float | None]:
     """An incident log -> (faults: node, start, end, category, sub in days; the log's own span in days, when it
     has one). Starts with no end close at the last time in the log."""
     text = path.read_text(encoding="utf-8", errors="replace")
     head = text.lstrip()[:1]
-    if head in ("[", "{"):
-        return _from_trace_json(path, text)
-    return _from_csv(path, text)
+    df, span = _from_trace_json(path, text) if head in ("[", "{") else _from_csv(path, text)
+    if df.is_empty():
+        raise IncidentLogError(f"{path}: no faults in it: nothing to report")
+    return df, span
 
 
 def _from_trace_json(path: Path, text: str) -> tuple[pl.DataFrame, float | None]:
@@ -54,6 +62,8 @@ def _from_trace_json(path: Path, text: str) -> tuple[pl.DataFrame, float | None]
         raise IncidentLogError(f"{path}:{e.lineno}: not JSON: {e.msg}") from None
     if isinstance(events, dict):
         events = events.get("events") or events.get("trace") or []
+    if not isinstance(events, list):
+        raise IncidentLogError(f"{path}: not a fault trace (a JSON list of fault_start/fault_end events)")
     rows: list[dict[str, Any]] = []
     open_: dict[tuple[str, str, str], list[int]] = {}
     last = 0.0
@@ -87,9 +97,11 @@ def _time(v: str, path: Path, line: int) -> float:
 
     v = v.strip()
     try:
-        return float(v) / 86400.0
+        t = float(v)
     except ValueError:
         pass
+    else:  # unix seconds, or milliseconds (13 digits) as exporters write them
+        return (t / 1000.0 if t > 1e11 else t) / 86400.0
     try:
         return parse_iso(v) / 86400.0
     except ValueError:
@@ -158,7 +170,7 @@ def summarize(
         span_days = float(df["end"].max() - df["start"].min()) if faults else 0.0  # type: ignore[operator,arg-type]
     affected = df["node"].n_unique() if faults else 0
     if affected > servers:
-        raise IncidentLogError(f"--servers {servers} is fewer than the {affected} servers the log names")
+        raise TooFewServers(f"--servers {servers} is fewer than the {affected} servers the log names")
     fleet_days = servers * span_days
     down = _union_per_node(df)
     down_total = float(down["down_days"].sum()) if down.height else 0.0

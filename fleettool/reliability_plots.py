@@ -15,6 +15,11 @@ def _label(b: dict[str, Any]) -> str:
     return f"{lo:g}-{hi:g}d" if hi is not None else f">{lo:g}d"
 
 
+def _short(name: str) -> str:
+    """A server name for a chart's axis: a UUID by its first group (unique enough among ten), else whole."""
+    return name.split("-")[0] if len(name) == 36 and name.count("-") == 4 else name[:24]
+
+
 def charts(rep: dict[str, Any]) -> list[tuple[str, list[str], list[float]]]:
     """(title, labels, values) of each chart."""
     weeks = rep.get("faults_per_week") or []
@@ -27,8 +32,13 @@ def charts(rep: dict[str, Any]) -> list[tuple[str, list[str], list[float]]]:
             [float(b["count"]) for b in rep.get("repair_hist") or []],
         ),
         (
+            "days between one server's faults",
+            [_label(b) for b in rep.get("mtbi_hist") or []],
+            [float(b["count"]) for b in rep.get("mtbi_hist") or []],
+        ),
+        (
             "repeat offenders (faults per server, top 10)",
-            [str(t["server"])[:12] for t in top],
+            [_short(str(t["server"])) for t in top],
             [float(t["faults"]) for t in top],
         ),
     ]

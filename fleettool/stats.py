@@ -86,7 +86,10 @@ def report(
     timeline = []
     for node in nodes:
         mine = [r for r in rows if r["node"] == node and r["action"] in DISRUPTIVE and r["severity"] == PAGE]
-        iv = [(_e(r["first_seen"]), _e(r["last_seen"])) for r in mine] + out_of_service.get(node, [])
+        # a page still firing is down until the end of the window, not just its last sighting
+        iv = [
+            (_e(r["first_seen"]), t1 if r["state"] == "firing" else _e(r["last_seen"])) for r in mine
+        ] + out_of_service.get(node, [])
         labels = [r["category"] for r in mine] + ["out of service"] * len(out_of_service.get(node, []))
         faults += [
             {"node": node, "start": max(a, t0), "end": min(max(a, b), t1), "category": c}

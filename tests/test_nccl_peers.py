@@ -37,6 +37,6 @@ def test_like_with_like_and_one_alert_per_fault(tmp_path: Path) -> None:
     by_nodes: dict[str, list[str]] = {}
     for run in out:
         by_nodes.setdefault(",".join(run["nodes"]), []).append(run["peers"])
-    assert by_nodes["node005,node007"] == ["no comparable peers (1 of its shape)"] * 2
-    assert by_nodes["node005"] == ["no comparable peers (0 of its shape)"]
+    assert by_nodes["node005,node007"] == ["no comparable peers: 1 other run of its shape, 2 needed"] * 2
+    assert by_nodes["node005"] == ["no comparable peers: 0 other runs of its shape, 2 needed"]
     assert by_nodes["gpu-33,gpu-34"] == ["4 of its shape"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fleettool.reliability import IncidentLogError, read_incidents, summarize
+from fleettool.reliability import IncidentLogError, TooFewServers, read_incidents, summarize
 from tests.conftest import FIXTURES, run_cli
 
 TRACE = FIXTURES / "samples" / "fault-traces" / "infinitehbd"
@@ -54,7 +54,7 @@ def test_mtbf_and_availability_by_hand(tmp_path: Path) -> None:
     assert rep["by_class"] == {"GPU": 2, "NIC": 1}
     assert rep["repair_days"] == {"median": 2.0, "mean": round(5 / 3, 4), "p90": 2.0}
     assert rep["repeat_offenders"]["top"] == [{"server": "n1", "faults": 2}, {"server": "n2", "faults": 1}]
-    with pytest.raises(IncidentLogError, match="fewer than the 2 servers"):
+    with pytest.raises(TooFewServers, match="fewer than the 2 servers"):
         summarize(df, 1, span)
 
 
@@ -67,6 +67,13 @@ def test_bad_logs_name_the_file_and_line(tmp_path: Path) -> None:
     other.write_text("host,when\nx,1\n")
     with pytest.raises(IncidentLogError, match=r"other.csv:1: not an incident log"):
         read_incidents(other)
+    for name, body in (("empty.csv", "node,start,end,category\n"), ("not-a-trace.json", '{"a": 1}')):
+        (tmp_path / name).write_text(body)
+        with pytest.raises(IncidentLogError, match=f"{name}: no faults in it"):
+            read_incidents(tmp_path / name)
+    ms = tmp_path / "ms.csv"  # unix milliseconds, as exporters write them, are not read as seconds
+    ms.write_text("node,start,end,category\nn1,1735689600000,1735776000000,GPU\n")
+    assert summarize(read_incidents(ms)[0], 1)["repair_days"]["median"] == 1.0
 
 
 def test_cli_json_html_and_exit_codes(tmp_path: Path) -> None:
@@ -78,7 +85,7 @@ def test_cli_json_html_and_exit_codes(tmp_path: Path) -> None:
     keys = {"faults", "servers", "servers_affected", "span_days", "mtbf_days", "availability", "by_class"}
     assert keys | {"repeat_offenders", "repair_days", "mtbi_hist"} <= set(rep)
     text = page.read_text()
-    assert text.startswith("<!doctype html>") and text.count("<svg") == 3 and "<script" not in text
+    assert text.startswith("<!doctype html>") and text.count("<svg") == 4 and "<script" not in text
     plain = run_cli(*args)
     assert plain.returncode == 0 and "584 faults on 231 of 400 servers" in plain.stdout
     assert (
@@ -91,3 +98,34 @@ def test_cli_json_html_and_exit_codes(tmp_path: Path) -> None:
     (tmp_path / "g.csv").write_text("garbage\n")
     g = run_cli("report", "--incidents", str(tmp_path / "g.csv"), "--servers", "4")
     assert g.returncode == 3 and "g.csv:1: not an incident log" in g.stderr
+    few = run_cli(*args[:3], "--servers", "100")
+    assert few.returncode == 2 and "fewer than the 231 servers" in few.stderr
+    nodir = run_cli(*args, "--html", str(tmp_path / "no" / "r.html"))
+    assert nodir.returncode == 3 and "does not exist" in nodir.stderr
+    assert run_cli("report", "--incidents", str(tmp_path), "--servers", "4").returncode == 3  # a directory
+
+
+def test_report_and_node_take_format_csv(tmp_path: Path) -> None:
+    import csv
+    import io
+
+    r = run_cli(
+        "report", "--incidents", str(TRACE / "fault_trace.json"), "--servers", "400", "--format", "csv"
+    )
+    faults = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert (
+        r.returncode == 0
+        and len(faults) == 584
+        and set(faults[0]) == {"node", "start", "end", "category", "sub"}
+    )
+    db = tmp_path / "s.duckdb"
+    from tests.conftest import SCENARIOS
+
+    assert run_cli("replay", str(SCENARIOS / "gpu-fell-off-bus"), "--db", str(db), "-q").returncode == 0
+    nodes = list(csv.DictReader(io.StringIO(run_cli("report", "--db", str(db), "--format", "csv").stdout)))
+    assert [n["node"] for n in nodes] == ["gpu-21"] and float(nodes[0]["availability"]) < 1
+    assert run_cli("node", "gpu-21", "cordon", "--db", str(db)).returncode == 0
+    moves = list(
+        csv.DictReader(io.StringIO(run_cli("node", "gpu-21", "--db", str(db), "--format", "csv").stdout))
+    )
+    assert [(m["from_state"], m["to_state"]) for m in moves] == [("healthy", "cordoned")]

@@ -11,8 +11,8 @@ import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, open_store
 from fleettool.cli.exit_codes import ExitCode
-from fleettool.cli.options import DbOpt, FleetInsteadOpt, JsonOpt, ReasonOpt, WhoOpt
-from fleettool.cli.output import print_json, print_table
+from fleettool.cli.options import DbOpt, FleetInsteadOpt, FormatOpt, JsonOpt, ReasonOpt, WhoOpt
+from fleettool.cli.output import emit, print_json, print_table
 
 VERBS = {
     "status": None,
@@ -45,6 +45,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
         json_out: JsonOpt = False,
+        fmt: FormatOpt = "table",
     ) -> None:
         """A node's lifecycle: healthy -> suspect -> cordoned -> in-repair -> burn-in -> healthy, or -> rma. Only
         valid transitions; each recorded with who, when and why. Kubernetes and Slurm side effects only with
@@ -94,7 +95,15 @@ def register(app: typer.Typer) -> None:
             "reason": st.reason,
             "audit": [{k: (str(v) if k == "ts" else v) for k, v in r.items()} for r in trail],
         }
-        if json_out:
+        if fmt in ("csv", "parquet"):  # the audit trail, one row per move
+            moves = [{k: (str(v) if k == "ts" else v) for k, v in r.items()} for r in trail]
+            emit(
+                moves,
+                ["ts", "from_state", "to_state", "who", "reason", "side_effects"],
+                as_json=False,
+                fmt=fmt,
+            )
+        elif json_out or fmt == "json":
             print_json(out)
         else:
             print(f"{name}: {st.state}" + (f" since {st.since} ({st.who}: {st.reason})" if st.since else ""))
@@ -126,6 +135,7 @@ def register(app: typer.Typer) -> None:
         html_out: Annotated[
             Path | None, typer.Option("--html", help="also write a self-contained HTML page with the charts")
         ] = None,
+        fmt: FormatOpt = "table",
     ) -> None:
         """Fleet statistics: availability per node and fleet, MTBF, incidents by category, and the interruption
         timeline (overlapping incidents of a node merged). With --incidents FILE --servers N: a reliability
@@ -134,7 +144,7 @@ def register(app: typer.Typer) -> None:
         Example: fleettool report --incidents fault_trace.json --servers 400 --html report.html
         """
         if incidents is not None:
-            _incident_report(incidents, servers, json_out, html_out)
+            _incident_report(incidents, servers, json_out or fmt == "json", html_out, fmt)
             return
         if html_out is not None:
             raise die("--html goes with --incidents FILE", ExitCode.USAGE)
@@ -148,8 +158,12 @@ def register(app: typer.Typer) -> None:
         else:
             with open_store(db, read_only=True) as store:
                 rep = make_report(store, servers=servers)
-        if json_out:
+        if json_out or fmt == "json":
             print_json(rep, default=str)
+            return
+        if fmt in ("csv", "parquet"):  # the per-node figures, one row per node
+            cols = ["node", "availability", "interruptions", "down_s", "mtbf_s"]
+            emit(rep.get("nodes") or [], cols, as_json=False, fmt=fmt)
             return
         f = rep.get("fleet") or {}
         if rep.get("window") is None:
@@ -175,23 +189,34 @@ def register(app: typer.Typer) -> None:
             )
 
 
-def _incident_report(path: Path, servers: int | None, json_out: bool, html_out: Path | None) -> None:
-    from fleettool.reliability import IncidentLogError, read_incidents, summarize
+def _incident_report(
+    path: Path, servers: int | None, json_out: bool, html_out: Path | None, fmt: str = "table"
+) -> None:
+    from fleettool.reliability import IncidentLogError, TooFewServers, read_incidents, summarize
     from fleettool.reliability_plots import page, terminal
 
     if servers is None:
         raise die("--incidents needs --servers N: a log names only the servers that failed", ExitCode.USAGE)
+    if path.is_dir():
+        raise die(f"{path}: is a directory, not an incident log", ExitCode.BAD_INPUT)
     if not path.is_file():
         raise die(f"{path}: no such file", ExitCode.BAD_INPUT)
+    if html_out is not None and not html_out.parent.is_dir():
+        raise die(f"--html {html_out}: {html_out.parent} does not exist", ExitCode.BAD_INPUT)
     try:
         df, span = read_incidents(path)
         rep = summarize(df, servers, span)
     except IncidentLogError as e:
         raise die(str(e), ExitCode.BAD_INPUT) from None
+    except TooFewServers as e:
+        raise die(str(e), ExitCode.USAGE) from None
     if html_out is not None:
         html_out.write_text(page(rep, f"fleet reliability: {path.name}"), encoding="utf-8")
     if json_out:
         print_json(rep)
+        return
+    if fmt in ("csv", "parquet"):  # the faults themselves (days), for analysis elsewhere
+        emit(df.to_dicts(), [], as_json=False, fmt=fmt)
         return
     ro, rd = rep["repeat_offenders"], rep["repair_days"]
     share = f"{ro['top_10pct_share']:.1%}" if ro["top_10pct_share"] is not None else "-"

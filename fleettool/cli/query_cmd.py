@@ -137,6 +137,10 @@ def register(app: typer.Typer) -> None:
 def _peers(shaped: dict[str, Any], run_id: str, min_peers: int) -> str:
     """How the straggler rule sees a run: the others of its shape, or why it is not judged."""
     if run_id not in shaped:
-        return "not judged: no nodes or bandwidth"
+        return "not judged: no bandwidth or no node named"
     n = sum(1 for s in shaped.values() if s == shaped[run_id])
-    return f"{n - 1} of its shape" if n >= min_peers else f"no comparable peers ({n - 1} of its shape)"
+    if n >= min_peers:
+        return f"{n - 1} of its shape"
+    return (
+        f"no comparable peers: {n - 1} other run{'' if n == 2 else 's'} of its shape, {min_peers - 1} needed"
+    )
