@@ -81,7 +81,8 @@ def alert_detail(store: Store, alert_id: str, *, points: int = 60) -> dict[str, 
     ev = json.loads(a["evidence"]) if a["evidence"] else {}
     t0, t1 = ev.get("window") or [(epoch(a["first_seen"]) or 0) - 600, (epoch(a["last_seen"]) or 0) + 600]
     lo, hi = db_time(t0), db_time(t1)
-    series = {}
+    series: dict[str, list[float]] = {}
+    series_ts: dict[str, list[float]] = {}  # each point's time (unix s; a bucket's first), for plots
     metrics = [m for m, _rule in ev.get("series", [])]
     metrics += [m for m in CONTEXT_SERIES.get(a["category"], ()) if m not in metrics]
     for metric in metrics:
@@ -97,11 +98,14 @@ def alert_detail(store: Store, alert_id: str, *, points: int = 60) -> dict[str, 
                 [a["node"], a["gpu"], metric, lo, hi],
             )
         v = [float(r["value"]) for r in vals]
+        ts = [epoch(r["ts"]) or 0.0 for r in vals]
         if len(v) > points:  # keep the shape: max of each bucket (spikes matter in triage)
             step = len(v) / points
             v = [max(v[int(i * step) : int((i + 1) * step)] or [v[-1]]) for i in range(points)]
+            ts = [ts[int(i * step)] for i in range(points)]
         if v:
             series[metric] = v
+            series_ts[metric] = ts
     events = store.query(
         "SELECT ts, kind, code, message FROM events WHERE node = ? AND (gpu IS NOT DISTINCT FROM ? OR gpu IS NULL) "
         "AND kind <> 'boot' AND (ts IS NULL OR ts BETWEEN ? AND ?) ORDER BY ts LIMIT 200",
@@ -127,6 +131,7 @@ def alert_detail(store: Store, alert_id: str, *, points: int = 60) -> dict[str, 
         **a,
         "evidence": ev,
         "series": series,
+        "series_ts": series_ts,
         "events": events,
         "runs": runs,
         "burnins": burnins,

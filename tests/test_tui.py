@@ -31,7 +31,8 @@ async def _settle(pilot, cond, tries: int = 100) -> None:  # type: ignore[no-unt
 
 
 def test_alerts_detail_and_runbook(db: Path) -> None:
-    from textual.widgets import DataTable, Markdown, Sparkline, Static
+    from textual.widgets import DataTable, Markdown, Static
+    from textual_plotext import PlotextPlot
 
     from fleettool.tui.app import FleetTui
     from fleettool.tui.screens import DetailScreen
@@ -53,7 +54,9 @@ def test_alerts_detail_and_runbook(db: Path) -> None:
             md = screen.query_one("#runbook", Markdown)
             await _settle(pilot, lambda: "Uncorrectable" in md.source)
             assert "## Mitigation" in md.source
-            await _settle(pilot, lambda: len(screen.query(Sparkline)) >= 1)
+            await _settle(pilot, lambda: len(screen.query(PlotextPlot)) >= 2)
+            plotted = screen.plotted  # type: ignore[attr-defined]
+            assert "ecc_dbe_volatile" in plotted and len(screen.query(PlotextPlot)) == len(plotted)
             await pilot.press("escape")
             await _settle(pilot, lambda: not isinstance(app.screen, DetailScreen))
 

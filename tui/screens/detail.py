@@ -1,5 +1,6 @@
-"""One alert (Enter in the alert list): its findings, metric sparklines, events, NCCL runs and burn-ins beside
-its runbook."""
+"""One alert (Enter in the alert list): its findings, plots of the series that made it and of its category's
+(textual-plotext, chosen by measuring against textual-plot: bench/tui_plots.py), events, NCCL runs and burn-ins
+beside its runbook. The x axis is minutes from the alert's first sighting; a dashed line marks it."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.widgets import Footer, Header, Markdown, Sparkline, Static
+from textual.widgets import Footer, Header, Markdown, Static
+from textual_plotext import PlotextPlot
 
 from fleettool.tui.messages import DetailLoaded
 from fleettool.tui.screens.base import DataScreen
@@ -20,6 +22,7 @@ class DetailScreen(DataScreen):
     def __init__(self, alert_id: str) -> None:
         super().__init__()
         self.alert_id = alert_id
+        self.plotted: list[str] = []  # the series drawn, in order
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -58,10 +61,21 @@ class DetailScreen(DataScreen):
         head += "\n".join(f"  - {f['rule']} ({f['severity']}): {f['summary']}" for f in findings)
         self.query_one("#summary", Static).update(head)
         sparks = self.query_one("#sparks", VerticalScroll)
+        first = _epoch(d["first_seen"])
+        self.plotted = [m for m, v in d["series"].items() if v]
         for metric, values in d["series"].items():
-            if values:
-                sparks.mount(Static(f"{metric}: {min(values):.4g} .. {max(values):.4g}"))
-                sparks.mount(Sparkline(values, summary_function=max))
+            if not values:
+                continue
+            ts = d.get("series_ts", {}).get(metric) or list(range(len(values)))
+            plot = PlotextPlot(classes="evidence-plot")
+            sparks.mount(plot)
+            p = plot.plt
+            xs = [(t - first) / 60.0 for t in ts] if first is not None else list(range(len(values)))
+            p.plot(xs, values, marker="braille")
+            if first is not None:
+                p.vline(0.0)
+            p.title(f"{metric}  {min(values):.4g} .. {max(values):.4g}")
+            p.xlabel("minutes from the alert")
         lines = [f"{e['ts']} {e['kind']} {e['code'] or ''} {e['message'][:100]}" for e in d["events"][:30]]
         lines += [
             f"nccl {r['op']} {r['ranks']} ranks {r['nodes']}: peak {r['peak_busbw_gbps']} GB/s"
@@ -75,3 +89,12 @@ class DetailScreen(DataScreen):
             "\n".join(lines) or "no events, runs or burn-ins in the window"
         )
         self.query_one("#runbook", Markdown).update(d["runbook_text"])
+
+
+def _epoch(v: object) -> float | None:
+    """A stored naive-UTC datetime as unix seconds (None when absent)."""
+    import datetime as dt
+
+    if isinstance(v, dt.datetime):
+        return v.replace(tzinfo=dt.timezone.utc).timestamp()
+    return None
