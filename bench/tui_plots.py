@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-CHILD = r'''
+CHILD = r"""
 import asyncio, json, math, resource, sys, time
 lib = sys.argv[1]
 t0 = time.perf_counter()
@@ -67,7 +67,7 @@ async def main():
                       "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}))
 
 asyncio.run(main())
-'''
+"""
 
 
 def main() -> None:
@@ -78,7 +78,9 @@ def main() -> None:
     out: dict[str, list[dict[str, float]]] = {}
     for _ in range(a.runs):  # interleaved, so load drifts hit both alike
         for lib in ("plotext", "plot"):
-            r = subprocess.run([sys.executable, "-c", CHILD, lib], capture_output=True, text=True, timeout=120)
+            r = subprocess.run(
+                [sys.executable, "-c", CHILD, lib], capture_output=True, text=True, timeout=120
+            )
             if r.returncode != 0:
                 raise SystemExit(f"{lib}: {r.stderr[-800:]}")
             out.setdefault(lib, []).append(json.loads(r.stdout.strip().splitlines()[-1]))
