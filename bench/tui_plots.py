@@ -5,6 +5,7 @@ Per library: the import time of the widget's module; the time from app start to 
 each painted (the evidence view's series: temperature, SM clock, power, clock-event reasons), as the Pilot sees
 it; then the time of 20 redraws with new data (a refresh of the evidence) and the peak RSS of the process.
 
+  pip install textual-plot   # the peer: not a fleettool dependency
   python bench/tui_plots.py --json bench/results/tui-plots.json
 """
 
@@ -12,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -91,5 +90,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    _ = (math, resource)  # the child imports its own
     main()
