@@ -63,7 +63,8 @@ def test_ack_after_a_refresh_acts_on_the_alert_selected(db: Path) -> None:
             seen["question"] = app.screen.question  # type: ignore[attr-defined]
             await pilot.pause(0.7)  # refreshes while the question is open change nothing either
             await pilot.press("y")
-            await _settle(pilot, lambda: any(r["acknowledged"] for r in app.rows))
+            # the write waits its turn for the file between the 0.3 s refreshes' reads: give it time under load
+            await _settle(pilot, lambda: any(r["acknowledged"] for r in app.rows), tries=400)
 
     asyncio.run(go())
     assert _acks(db) == [(thermal, "ack")]  # the alert shown, and only it
@@ -111,3 +112,31 @@ def test_a_cancelled_action_writes_nothing_and_esc_from_evidence_keeps_the_selec
     assert _acks(db) == []
     with Store(db, read_only=True) as st:
         assert st.scalar("SELECT count(*) FROM silences") == 0
+
+
+def test_a_write_waits_for_a_read_in_progress(db: Path) -> None:
+    """DuckDB refuses a read-write connection in a process that has the file open read-only (at once, nothing
+    to wait on); the app's workers take turns, so an ack pressed during a refresh's read is written after it."""
+    import threading
+    import time
+
+    from fleettool.tui.source import Source
+
+    src = Source(db=db)
+    reading = threading.Event()
+    done: list[str] = []
+
+    def read() -> None:
+        with src.open() as st:
+            reading.set()
+            time.sleep(0.5)
+            done.append(str(st.scalar("SELECT count(*) FROM alerts")))
+
+    t = threading.Thread(target=read)
+    t.start()
+    assert reading.wait(5)
+    with src.open_rw() as st:  # waits for the read, then writes
+        st.execute("INSERT INTO alert_acks VALUES ('x', 'ack', now()::TIMESTAMP, NULL, 't', 'r')")
+        assert done == ["3"]
+    t.join(5)
+    assert _acks(db) == [("x", "ack")]

@@ -5,30 +5,45 @@ The screens reach the running app's Source through `app_source`, so no screen im
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 
 class Source:
-    """Where the screens read from: an agent's database (read-only per load) or a fleet location."""
+    """Where the screens read from: an agent's database (read-only per load) or a fleet location.
+
+    The workers of one app take turns with the file (one lock): DuckDB refuses, at once and without a lock to
+    wait on, a read-write connection in a process that has the same file open read-only, so an ack pressed
+    while a refresh was reading used to fail."""
 
     def __init__(self, db: Path | None = None, fleet: str | None = None) -> None:
         self.db = db
         self.fleet = fleet
+        self._turn = threading.RLock()
 
-    def open(self):  # type: ignore[no-untyped-def]
-        if self.fleet:
-            from fleettool.fleet.read import open_fleet
+    @contextlib.contextmanager
+    def open(self) -> Iterator[Any]:
+        with self._turn:
+            if self.fleet:
+                from fleettool.fleet.read import open_fleet
 
-            return open_fleet(self.fleet)
+                with open_fleet(self.fleet) as store:
+                    yield store
+                return
+            from fleettool.store import Store
+
+            with Store(self.db or Path("fleettool.duckdb"), read_only=True, wait_s=2.0) as store:
+                yield store
+
+    @contextlib.contextmanager
+    def open_rw(self) -> Iterator[Any]:
         from fleettool.store import Store
 
-        return Store(self.db or Path("fleettool.duckdb"), read_only=True, wait_s=2.0)
-
-    def open_rw(self):  # type: ignore[no-untyped-def]
-        from fleettool.store import Store
-
-        return Store(self.db or Path("fleettool.duckdb"), read_only=False, wait_s=5.0)
+        with self._turn, Store(self.db or Path("fleettool.duckdb"), read_only=False, wait_s=5.0) as store:
+            yield store
 
 
 def app_source(app: Any) -> Source:
