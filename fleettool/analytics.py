@@ -24,6 +24,7 @@ import polars as pl
 
 from fleettool.reliability import read_incidents
 from fleettool.store import Store
+from fleettool.store.values import db_time
 
 
 def _frame(db: str | Path, sql: str, params: list[Any]) -> pl.DataFrame:
@@ -40,11 +41,7 @@ def _where(**conds: Any) -> tuple[str, list[Any]]:
             continue
         if col in ("since", "until"):
             parts.append(f"ts {'>=' if col == 'since' else '<'} ?")
-            params.append(
-                v
-                if isinstance(v, dt.datetime)
-                else dt.datetime.fromtimestamp(float(v), dt.timezone.utc).replace(tzinfo=None)
-            )
+            params.append(v if isinstance(v, dt.datetime) else db_time(float(v)))
         else:
             parts.append(f"{col} = ?")
             params.append(v)

@@ -5,6 +5,7 @@ They open the database read-only for one query; while the agent flushes (millise
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Annotated, Any
 
 import typer
@@ -79,6 +80,7 @@ def register(app: typer.Typer) -> None:
         with open_store(db, read_only=True) as store:
             runs = store.query(sql, params)
             shaped = {x["run_id"]: x["shape"] for x in shapes(store)}
+            per_shape = Counter(shaped.values())
             table: dict[str, list[dict[str, Any]]] = {}
             if rows and runs:
                 for r in store.query(
@@ -99,7 +101,7 @@ def register(app: typer.Typer) -> None:
                 "version": r["version"],
                 "run_id": r["run_id"],
                 "shape": describe(shaped[r["run_id"]]) if r["run_id"] in shaped else None,
-                "peers": _peers(shaped, r["run_id"], MIN_PEERS),
+                "peers": _peers(per_shape, shaped.get(r["run_id"]), MIN_PEERS),
             }
             for r in runs
         ]
@@ -134,11 +136,11 @@ def register(app: typer.Typer) -> None:
         emit(out, ["node", "gpu", "uuid", "pci_bus_id", "model", "driver"], as_json=json_out, fmt=fmt)
 
 
-def _peers(shaped: dict[str, Any], run_id: str, min_peers: int) -> str:
+def _peers(per_shape: Counter[Any], shape: Any, min_peers: int) -> str:
     """How the straggler rule sees a run: the others of its shape, or why it is not judged."""
-    if run_id not in shaped:
+    if shape is None:
         return "not judged: no bandwidth or no node named"
-    n = sum(1 for s in shaped.values() if s == shaped[run_id])
+    n = per_shape[shape]
     if n >= min_peers:
         return f"{n - 1} of its shape"
     return (

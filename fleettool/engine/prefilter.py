@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fleettool.engine.kinds._sql import cmp, read, ts_param
+from fleettool.engine.kinds._sql import cmp, read, rollup_column, ts_param
 from fleettool.engine.rules import Rule
-from fleettool.metrics import METRICS
 from fleettool.store import Store
 
 
@@ -30,11 +29,6 @@ def _cond(r: Rule) -> str:
     if r.p("bitmask_any", None) is not None:
         return f"((value::BIGINT & {int(r.p('bitmask_any'))}) <> 0)"
     return cmp("value", r.p("op", ">"), repr(float(r.p("value", 0.0))))
-
-
-def _agg(metric: str) -> str:
-    """The rollup column kinds/_sql.src reads for this metric."""
-    return "vmax" if METRICS[metric].kind == "counter" or METRICS[metric].unit == "bitmask" else "vmean"
 
 
 def quiet(store: Store, windows: Sequence[tuple[Rule, float, float]]) -> set[str]:
@@ -55,7 +49,7 @@ def quiet(store: Store, windows: Sequence[tuple[Rule, float, float]]) -> set[str
         params[f"s{i}"], params[f"e{i}"] = ts_param(a), ts_param(b)
         aggs.append(f"bool_or(metric = '{m}' AND ts BETWEEN $s{i} AND $e{i} AND {_cond(r)}) AS h{i}")
     rollup = " UNION ALL ".join(
-        f"SELECT minute AS ts, metric, {_agg(m)} AS value FROM samples_1m WHERE metric = "
+        f"SELECT minute AS ts, metric, {rollup_column(m)} AS value FROM samples_1m WHERE metric = "
         f"'{m.replace(chr(39), chr(39) * 2)}' AND minute BETWEEN $lo AND $hi"
         for m in metrics
     )

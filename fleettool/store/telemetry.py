@@ -7,13 +7,12 @@ pyarrow or numpy (about 40 MiB of its resident memory; bench/agent_overhead.py).
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fleettool.model import Event, GpuInfo, PodUse, Sample
 from fleettool.store.connection import Connection
-from fleettool.store.values import dumps_evidence
+from fleettool.store.values import db_time, dumps_evidence
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -24,12 +23,6 @@ def _micros(t: float | None) -> int | None:
     return None if t is None else int(round(t * 1e6))
 
 
-def _ts_param(t: float) -> dt.datetime:
-    """Unix seconds -> the naive UTC datetime a TIMESTAMP parameter takes, exact to the microsecond."""
-    return EPOCH + dt.timedelta(microseconds=round(t * 1e6))
-
-
-EPOCH = dt.datetime(1970, 1, 1)
 # column lists -> rows: unnest() of several lists in one SELECT walks them side by side
 _SAMPLE_ROWS = (
     "INSERT INTO samples SELECT make_timestamp(unnest($1)), unnest($2), unnest($3), unnest($4), "
@@ -50,7 +43,7 @@ class TelemetryWrites(Connection):
             rows = table
             if not rows:
                 return 0
-            self.con.execute(
+            self._insert_columns(
                 _SAMPLE_ROWS,
                 [
                     [_micros(s.ts) for s in rows],
@@ -61,7 +54,7 @@ class TelemetryWrites(Connection):
                     [s.sub for s in rows],
                     [s.value for s in rows],
                 ],
-            ).fetchall()
+            )
             return len(rows)
         if table.num_rows == 0:
             return 0
@@ -78,7 +71,7 @@ class TelemetryWrites(Connection):
         evs = list(events)
         if not evs:
             return 0
-        self.con.execute(
+        self._insert_columns(
             _EVENT_ROWS,
             [
                 [_micros(e.ts) for e in evs],
@@ -93,14 +86,19 @@ class TelemetryWrites(Connection):
                 [e.source for e in evs],
                 [dumps_evidence(e.detail) if e.detail else None for e in evs],
             ],
-        ).fetchall()
+        )
         return len(evs)
+
+    def _insert_columns(self, sql: str, columns: list[list[Any]]) -> None:
+        """One INSERT of rows given as column lists ($1..$n, each unnest()ed): Python objects straight into
+        DuckDB, no Arrow (the agent's path)."""
+        self.con.execute(sql, columns).fetchall()
 
     def upsert_gpus(self, gpus: Iterable[GpuInfo], seen_ts: float) -> None:
         rows = list(gpus)
         if not rows:
             return
-        ts = _ts_param(seen_ts)
+        ts = db_time(seen_ts)
         for g in rows:
             if g.gpu is None and (g.uuid or g.pci_bus_id):  # known only by UUID/PCI id (the driver's lines)
                 self.merge_gpu_identity(g.node, g.uuid, g.pci_bus_id, g.serial, seen_ts)
@@ -142,7 +140,7 @@ class TelemetryWrites(Connection):
             sp = spans.setdefault(k, [u.ts, u.ts])
             sp[0], sp[1] = min(sp[0], u.ts), max(sp[1], u.ts)
         for (node, gpu, uuid, ns, pod, cont), (t0, t1) in spans.items():
-            a, b = _ts_param(t0), _ts_param(t1)
+            a, b = db_time(t0), db_time(t1)
             hit = self.scalar(
                 "SELECT count(*) FROM gpu_pods WHERE node = ? AND gpu IS NOT DISTINCT FROM ? AND namespace = ? "
                 "AND pod = ? AND container = ?",
@@ -165,7 +163,7 @@ class TelemetryWrites(Connection):
     ) -> None:
         """What the driver's announcement lines say (PCI id -> UUID, board serial): fill in the GPU row that
         has the same UUID or PCI id, or add one without an index until NVML or dcgm-exporter names it."""
-        ts = _ts_param(seen_ts)
+        ts = db_time(seen_ts)
         hit = self.scalar(
             "SELECT count(*) FROM gpus WHERE node = ? AND (uuid = ? OR (uuid IS NULL AND pci_bus_id = ?))",
             [node, uuid, pci],
@@ -228,7 +226,7 @@ class TelemetryWrites(Connection):
         """One nccl-tests invocation and every row of its table."""
         import pyarrow as pa  # here, not at import: readers never load it
 
-        t = None if ts is None else _ts_param(ts)
+        t = None if ts is None else db_time(ts)
         self.con.execute(
             "INSERT OR REPLACE INTO nccl_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [run_id, t, op, ranks, nodes, avg_busbw_gbps, peak_busbw_gbps, wrong, version, source],
@@ -285,8 +283,8 @@ class TelemetryWrites(Connection):
         """Roll raw samples older than raw_keep_s into 1-minute min/mean/max, drop them, and drop rollups
         older than rollup_keep_s. Whole minutes only, in one transaction. Returns (rolled, dropped)."""
         cutoff_s = (now - raw_keep_s) // 60 * 60
-        cutoff = _ts_param(cutoff_s)
-        old = _ts_param(now - rollup_keep_s)
+        cutoff = db_time(cutoff_s)
+        old = db_time(now - rollup_keep_s)
         self.begin()
         try:
             rolled = self.con.execute(

@@ -11,6 +11,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Footer, Header, Markdown, Static
 from textual_plotext import PlotextPlot
 
+from fleettool.store.values import epoch
 from fleettool.tui.messages import DetailLoaded
 from fleettool.tui.screens.base import DataScreen
 from fleettool.tui.theme import SEV_STYLE
@@ -61,7 +62,7 @@ class DetailScreen(DataScreen):
         head += "\n".join(f"  - {f['rule']} ({f['severity']}): {f['summary']}" for f in findings)
         self.query_one("#summary", Static).update(head)
         sparks = self.query_one("#sparks", VerticalScroll)
-        first = _epoch(d["first_seen"])
+        first = epoch(d["first_seen"])
         self.plotted = [m for m, v in d["series"].items() if v]
         for metric, values in d["series"].items():
             if not values:
@@ -89,12 +90,3 @@ class DetailScreen(DataScreen):
             "\n".join(lines) or "no events, runs or burn-ins in the window"
         )
         self.query_one("#runbook", Markdown).update(d["runbook_text"])
-
-
-def _epoch(v: object) -> float | None:
-    """A stored naive-UTC datetime as unix seconds (None when absent)."""
-    import datetime as dt
-
-    if isinstance(v, dt.datetime):
-        return v.replace(tzinfo=dt.timezone.utc).timestamp()
-    return None

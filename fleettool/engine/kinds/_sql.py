@@ -35,9 +35,15 @@ def read(store: Store, sql: str, params: Mapping[str, Any]) -> list[dict[str, An
     return store.query(sql, params)  # type: ignore[arg-type]  # DuckDB takes a mapping as it takes a list
 
 
+def rollup_column(metric: str) -> str:
+    """Which 1-minute rollup column stands for a metric's points: the max for counters and bitmasks (a count
+    or a reason bit seen in the minute), else the mean."""
+    return "vmax" if METRICS[metric].kind == "counter" or METRICS[metric].unit == "bitmask" else "vmean"
+
+
 def src(metric: str, alias: str = "src") -> str:
     """A CTE of one metric's points in [$start, $end] from raw samples and rollups."""
-    agg = "vmax" if METRICS[metric].kind == "counter" or METRICS[metric].unit == "bitmask" else "vmean"
+    agg = rollup_column(metric)
     m = metric.replace("'", "''")
     return (
         f"{alias} AS (SELECT ts, node, gpu, sub, value FROM samples WHERE metric = '{m}' "
