@@ -143,10 +143,10 @@ def _from_csv(path: Path, text: str) -> tuple[pl.DataFrame, float | None]:
     return df.with_columns(pl.col("end").fill_null(last)), None
 
 
-def _union_per_node(df: pl.DataFrame) -> pl.DataFrame:
-    """Each node's down time with overlapping faults merged: node, down_days."""
+def islands(df: pl.DataFrame) -> pl.DataFrame:
+    """Each node's faults with overlapping (or touching) ones merged: node, start, end, one row per island."""
     if df.is_empty():
-        return pl.DataFrame(schema={"node": pl.String, "down_days": pl.Float64})
+        return pl.DataFrame(schema={"node": pl.String, "start": pl.Float64, "end": pl.Float64})
     s = df.sort(["node", "start"]).with_columns(
         pl.col("end").cum_max().over("node").shift(1).over("node").alias("reach")
     )
@@ -156,8 +156,17 @@ def _union_per_node(df: pl.DataFrame) -> pl.DataFrame:
         .over("node")
         .alias("island")
     )
-    islands = s.group_by(["node", "island"]).agg(pl.col("start").min(), pl.col("end").max())
-    return islands.group_by("node").agg((pl.col("end") - pl.col("start")).sum().alias("down_days"))
+    return (
+        s.group_by(["node", "island"])
+        .agg(pl.col("start").min(), pl.col("end").max())
+        .sort(["node", "start"])
+        .select("node", "start", "end")
+    )
+
+
+def _union_per_node(df: pl.DataFrame) -> pl.DataFrame:
+    """Each node's down time with overlapping faults merged: node, down_days."""
+    return islands(df).group_by("node").agg((pl.col("end") - pl.col("start")).sum().alias("down_days"))
 
 
 def summarize(

@@ -10,9 +10,11 @@ Warnings (a trend, a slow clock), info alerts and check-workload never count as 
 from __future__ import annotations
 
 import datetime as dt
-from collections import Counter
 from typing import Any
 
+import polars as pl
+
+from fleettool.reliability import SCHEMA, islands, summarize
 from fleettool.store import Store
 from fleettool.store.alerts import list_alerts
 from fleettool.store.nodes import all_audit
@@ -20,6 +22,7 @@ from fleettool.store.nodes import all_audit
 DISRUPTIVE = ("reset-gpu", "reboot-node", "inspect-hardware")
 PAGE = "critical"
 OUT_OF_SERVICE = ("cordoned", "in-repair", "burn-in", "rma")  # fleettool.lifecycle's, which imports burn-in
+FAULTS = {k: v for k, v in SCHEMA.items() if k != "sub"}  # node, start, end (unix seconds here), category
 
 
 def lifecycle_intervals(store: Store, end: float) -> dict[str, list[tuple[float, float]]]:
@@ -39,16 +42,6 @@ def lifecycle_intervals(store: Store, end: float) -> dict[str, list[tuple[float,
 
 def _e(v: dt.datetime) -> float:
     return v.replace(tzinfo=dt.timezone.utc).timestamp()
-
-
-def merge_intervals(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(iv):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
 
 
 def report(
@@ -78,72 +71,73 @@ def report(
         }
     )
     out_of_service = lifecycle_intervals(store, t1)
-    per_node = []
-    faults: list[dict[str, Any]] = []  # each page and each time out of service, unmerged, for `reliability`
-    cats: Counter[str] = Counter()
-    total_down = 0.0
-    incidents = 0
-    timeline = []
-    for node in nodes:
-        mine = [r for r in rows if r["node"] == node and r["action"] in DISRUPTIVE and r["severity"] == PAGE]
-        # a page still firing is down until the end of the window, not just its last sighting
-        iv = [
-            (_e(r["first_seen"]), t1 if r["state"] == "firing" else _e(r["last_seen"])) for r in mine
-        ] + out_of_service.get(node, [])
-        labels = [r["category"] for r in mine] + ["out of service"] * len(out_of_service.get(node, []))
-        faults += [
-            {"node": node, "start": max(a, t0), "end": min(max(a, b), t1), "category": c}
-            for (a, b), c in zip(iv, labels, strict=True)
-            if b >= t0 and a <= t1
-        ]
-        iv = [(max(a, t0), min(max(a, b), t1)) for a, b in iv if b >= t0 and a <= t1]
-        merged = merge_intervals(iv)
-        down = sum(b - a for a, b in merged)
-        total_down += down
-        incidents += len(merged)
-        cats.update(r["category"] for r in mine)
-        per_node.append(
-            {
-                "node": node,
-                "availability": round(1 - down / span, 6),
-                "interruptions": len(merged),
-                "down_s": round(down, 1),
-                "mtbf_s": round(span / len(merged), 1) if merged else None,
-            }
+    # each page (a page still firing is down until the end of the window, not just its last sighting) and each
+    # time out of service, clipped to the window: unmerged, they are `reliability`'s faults
+    pages = [
+        (r["node"], _e(r["first_seen"]), t1 if r["state"] == "firing" else _e(r["last_seen"]), r["category"])
+        for r in rows
+        if r["action"] in DISRUPTIVE and r["severity"] == PAGE
+    ]
+    away = [(node, a, b, "out of service") for node, iv in out_of_service.items() for a, b in iv]
+    faults = (
+        pl.DataFrame(pages + away, schema=FAULTS, orient="row")
+        .with_columns(pl.max_horizontal("start", "end").alias("end"))
+        .filter((pl.col("end") >= t0) & (pl.col("start") <= t1))
+        .with_columns(pl.col("start").clip(lower_bound=t0), pl.col("end").clip(upper_bound=t1))
+    )
+    merged = islands(faults)  # overlapping down time of one node is one interruption
+    per = (
+        pl.DataFrame({"node": nodes}, schema={"node": pl.String})
+        .join(
+            merged.group_by("node").agg(
+                (pl.col("end") - pl.col("start")).sum().alias("down"), pl.len().alias("n")
+            ),
+            on="node",
+            how="left",
         )
-        timeline += [{"node": node, "from": a, "to": b} for a, b in merged]
+        .with_columns(pl.col("down").fill_null(0.0), pl.col("n").fill_null(0))
+        .sort("node")
+    )
+    per_node = [
+        {
+            "node": r["node"],
+            "availability": round(1 - r["down"] / span, 6),
+            "interruptions": r["n"],
+            "down_s": round(r["down"], 1),
+            "mtbf_s": round(span / r["n"], 1) if r["n"] else None,
+        }
+        for r in per.iter_rows(named=True)
+    ]
+    total_down = float(per["down"].sum())
+    incidents = int(per["n"].sum())
+    cats = faults.filter(pl.col("category") != "out of service").group_by("category").len()
     fleet = {
         "nodes": len(nodes),
         "availability": round(1 - total_down / (span * max(len(nodes), 1)), 6),
         "interruptions": incidents,
         "mtbf_s": round(span * len(nodes) / incidents, 1) if incidents else None,
-        "incidents_by_category": dict(cats),
+        "incidents_by_category": dict(sorted(cats.iter_rows())),
     }
     return {
         "window": [t0, t1],
         "nodes": per_node,
         "fleet": fleet,
-        "timeline": sorted(timeline, key=lambda x: x["from"]),
+        "timeline": [
+            {"node": r["node"], "from": r["start"], "to": r["end"]}
+            for r in merged.sort("start", "node").iter_rows(named=True)
+        ],
         "reliability": reliability(faults, servers or len(nodes), span),
     }
 
 
-def reliability(faults: list[dict[str, Any]], servers: int, span_s: float) -> dict[str, Any]:
+def reliability(faults: pl.DataFrame, servers: int, span_s: float) -> dict[str, Any]:
     """The incident-log report (fleettool.reliability.summarize) of the store's own faults: pages and time out
     of service, in days."""
-    import polars as pl
-
-    from fleettool.reliability import SCHEMA, summarize
-
-    rows = [
-        {
-            "node": f["node"],
-            "start": f["start"] / 86400,
-            "end": f["end"] / 86400,
-            "category": f["category"],
-            "sub": "",
-        }
-        for f in faults
-    ]
-    df = pl.DataFrame(rows, schema=SCHEMA, orient="row") if rows else pl.DataFrame(schema=SCHEMA)
-    return summarize(df, max(servers, df["node"].n_unique() if rows else 0, 1), span_s / 86400)
+    df = faults.select(
+        "node",
+        pl.col("start") / 86400,
+        pl.col("end") / 86400,
+        "category",
+        pl.lit("").alias("sub"),
+    )
+    return summarize(df, max(servers, df["node"].n_unique(), 1), span_s / 86400)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from fleettool.lifecycle import TransitionError, audit, current, side_effect_argv, transition
-from fleettool.stats import merge_intervals, report
+from fleettool.reliability import islands
+from fleettool.stats import report
 from fleettool.store import Store
 from tests.conftest import SCENARIOS, run_cli
 
@@ -149,8 +150,19 @@ def test_warnings_never_count_as_down_time_and_a_resolve_by_hand_ends_nothing_la
     assert rel["down_days"] == round(after["gpu-21"]["down_s"] / 86400, 4)
 
 
-def test_merge_intervals() -> None:
-    assert merge_intervals([(5, 8), (0, 2), (1, 3), (8, 9)]) == [(0, 3), (5, 9)]
+def test_islands_merge_overlapping_and_touching_faults_per_node() -> None:
+    import polars as pl
+
+    iv = [
+        ("a", 5.0, 8.0),
+        ("a", 0.0, 2.0),
+        ("b", 1.0, 4.0),
+        ("a", 1.0, 3.0),
+        ("a", 8.0, 9.0),
+        ("b", 6.0, 7.0),
+    ]
+    df = pl.DataFrame(iv, schema={"node": pl.String, "start": pl.Float64, "end": pl.Float64}, orient="row")
+    assert islands(df).rows() == [("a", 0.0, 3.0), ("a", 5.0, 9.0), ("b", 1.0, 4.0), ("b", 6.0, 7.0)]
     with Store() as st:
         assert report(st)["nodes"] == []
 
