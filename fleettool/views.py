@@ -83,6 +83,12 @@ def alert_detail(store: Store, alert_id: str, *, points: int = 60) -> dict[str, 
     lo, hi = db_time(t0), db_time(t1)
     series: dict[str, list[float]] = {}
     series_ts: dict[str, list[float]] = {}  # each point's time (unix s; a bucket's first), for plots
+    series_stale: dict[str, float] = {}  # seconds a series' last reading is behind its node's newest
+    newest = store.query(
+        "SELECT epoch(max(ts)) AS raw, (SELECT epoch(max(minute)) FROM samples_1m WHERE node = ? "
+        "AND minute BETWEEN ? AND ?) AS rolled FROM samples WHERE node = ? AND ts BETWEEN ? AND ?",
+        [a["node"], lo, hi, a["node"], lo, hi],
+    )[0]
     metrics = [m for m, _rule in ev.get("series", [])]
     metrics += [m for m in CONTEXT_SERIES.get(a["category"], ()) if m not in metrics]
     for metric in metrics:
@@ -91,6 +97,7 @@ def alert_detail(store: Store, alert_id: str, *, points: int = 60) -> dict[str, 
             "AND ts BETWEEN ? AND ? ORDER BY ts",
             [a["node"], a["gpu"], metric, lo, hi],
         )
+        raw = bool(vals)
         if not vals:
             vals = store.query(
                 "SELECT minute AS ts, vmean AS value FROM samples_1m WHERE node = ? AND gpu IS NOT DISTINCT FROM ? "
@@ -99,6 +106,10 @@ def alert_detail(store: Store, alert_id: str, *, points: int = 60) -> dict[str, 
             )
         v = [float(r["value"]) for r in vals]
         ts = [epoch(r["ts"]) or 0.0 for r in vals]
+        node_newest = newest["raw" if raw else "rolled"]
+        if ts and node_newest is not None and float(node_newest) - ts[-1] >= STALE_S:
+            # the node went on reading and this series did not: its last value is not the GPU's state now
+            series_stale[metric] = float(node_newest) - ts[-1]
         if len(v) > points:  # keep the shape: max of each bucket (spikes matter in triage)
             step = len(v) / points
             v = [max(v[int(i * step) : int((i + 1) * step)] or [v[-1]]) for i in range(points)]
@@ -132,6 +143,7 @@ def alert_detail(store: Store, alert_id: str, *, points: int = 60) -> dict[str, 
         "evidence": ev,
         "series": series,
         "series_ts": series_ts,
+        "series_stale": series_stale,
         "events": events,
         "runs": runs,
         "burnins": burnins,

@@ -52,3 +52,21 @@ def test_evidence_shows_the_category_s_series_and_a_silent_gpu_is_stale(tmp_path
     stale = {g["gpu"]: g["stale_s"] for g in v["gpus"]}
     assert stale[3] is not None and stale[3] >= 600  # GPU 3 fell off the bus: its last readings are old
     assert all(s is None for g, s in stale.items() if g != 3)
+    assert d["series_stale"] == {}  # gpu-07's series run to the node's newest reading
+
+
+def test_a_series_that_stops_while_the_node_goes_on_is_marked_stale_in_the_evidence(tmp_path: Path) -> None:
+    db = tmp_path / "b.duckdb"
+    assert run_cli("replay", str(SCENARIOS / "gpu-fell-off-bus"), "--db", str(db), "-q").returncode == 0
+    with Store(db, read_only=True) as st:
+        aid = st.scalar(
+            "SELECT alert_id FROM alerts WHERE node = 'gpu-21' AND gpu = 3 ORDER BY first_seen LIMIT 1"
+        )
+        d = alert_detail(st, aid)
+        newest = st.scalar("SELECT epoch(max(ts)) FROM samples WHERE node = 'gpu-21'")
+        last_temp = st.scalar(
+            "SELECT epoch(max(ts)) FROM samples WHERE node = 'gpu-21' AND gpu = 3 AND metric = 'gpu_temp_c'"
+        )
+    assert d is not None and d["series"], d
+    # GPU 3's readings stop at the fall; the node's other GPUs go on, so what it last read is marked stale
+    assert d["series_stale"].get("gpu_temp_c") == float(newest) - float(last_temp) >= 60

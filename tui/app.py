@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any
 
-from rich.cells import cell_len
+from rich.markup import escape
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -23,6 +23,7 @@ from fleettool.tui.errors import ShowsWorkerErrors
 from fleettool.tui.messages import AlertsLoaded
 from fleettool.tui.screens import SCREENS, ConfirmScreen, DetailScreen, HelpScreen
 from fleettool.tui.source import Source
+from fleettool.tui.tables import fill, move_to_key
 from fleettool.tui.theme import SEV_STYLE
 
 # the help's rows for the alert list's own keys; the screens' rows come from SCREENS, in between
@@ -71,7 +72,6 @@ class FleetTui(ShowsWorkerErrors, App[None]):
         # the alert the cursor is on, by id: a refresh, a filter or a return from another screen puts the
         # cursor back on it (or, when it is gone, on the row where it was), never on row 0 by default
         self.selected_id: str | None = None
-        self._widths: list[int] = []
 
     def compose(self) -> ComposeResult:
         yield Header(show_clock=self.clock)
@@ -82,7 +82,7 @@ class FleetTui(ShowsWorkerErrors, App[None]):
 
     def on_mount(self) -> None:
         t = self.query_one("#alerts", DataTable)
-        self._set_columns(t, [])
+        fill(t, ALERT_COLUMNS, [])
         self.query_one("#filter", Input).display = False
         self.load_alerts()
         self.set_interval(self.refresh_s, self.load_alerts)
@@ -128,35 +128,19 @@ class FleetTui(ShowsWorkerErrors, App[None]):
             r["summary"][:120],
         )
 
-    def _set_columns(self, t: DataTable[Any], rows: list[tuple[str, ...]]) -> None:
-        """The columns sized to their header and cells here and now. DataTable would measure new rows on its
-        next idle, and rows it paints before that stay cached at the old widths (seen as header-wide columns
-        in a snapshot under load); sizing them before the rows go in leaves no such frame."""
-        widths = [
-            max([cell_len(h), *(cell_len(row[i]) for row in rows)]) for i, h in enumerate(ALERT_COLUMNS)
-        ]
-        if widths == self._widths:
-            return
-        t.clear(columns=True)
-        for h, w in zip(ALERT_COLUMNS, widths, strict=True):
-            t.add_column(h, width=w, key=h)
-        self._widths = widths
-
     def render_rows(self) -> None:
         t = self.query_one("#alerts", DataTable)
         keep_id, keep_row = self.selected_id, t.cursor_row
         vis = self.visible_rows()
-        cells = [self._cells(r) for r in vis]
-        self._set_columns(t, cells)
-        t.clear()
-        for r, c in zip(vis, cells, strict=True):
-            sev = f"[{SEV_STYLE.get(r['severity'], '')}]{c[0]}[/]"
-            t.add_row(sev, *c[1:], key=r["alert_id"])
+        rows = []
+        for r in vis:
+            c = self._cells(r)
+            rows.append(
+                (f"[{SEV_STYLE.get(r['severity'], '')}]{c[0]}[/]", *map(escape, c[1:]))
+            )  # data, not markup
         ids = [r["alert_id"] for r in vis]
-        # gone (resolved away, filtered out): the row where it was, within the list
-        row = ids.index(keep_id) if keep_id in ids else min(keep_row or 0, len(ids) - 1)
-        if ids and max(row, 0) != t.cursor_row:
-            t.move_cursor(row=max(row, 0), animate=False)
+        fill(t, ALERT_COLUMNS, rows, ids)
+        move_to_key(t, ids, keep_id, keep_row or 0)  # gone (resolved away, filtered out): where it was
         self.selected_id = ids[t.cursor_row] if ids else None
         self.query_one("#status", Static).update(self.status_line(vis))
 

@@ -75,7 +75,10 @@ class DetailScreen(DataScreen):
             p.plot(xs, values, marker="braille")
             if first is not None:
                 p.vline(0.0)
-            p.title(f"{metric}  {min(values):.4g} .. {max(values):.4g}")
+            stale = d.get("series_stale", {}).get(metric)
+            # a series that stopped while its node went on: its last value is not the GPU's state now
+            mark = f"  STALE: no reading for the last {stale / 60:.0f} min" if stale is not None else ""
+            p.title(f"{metric}  {min(values):.4g} .. {max(values):.4g}{mark}")
             p.xlabel("minutes from the alert")
         lines = [f"{e['ts']} {e['kind']} {e['code'] or ''} {e['message'][:100]}" for e in d["events"][:30]]
         lines += [

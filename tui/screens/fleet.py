@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -12,6 +13,10 @@ from textual.widgets import DataTable, Footer, Header, Input
 from fleettool.tui.messages import FleetLoaded
 from fleettool.tui.screens.base import DataScreen
 from fleettool.tui.screens.node import NodeScreen
+from fleettool.tui.tables import fill, move_to_key
+
+GRID_COLUMNS = ("node", "model", "state", "worst", "categories", "GPUs (. ok, W warning, C critical)")
+MARK = {"critical": "[bold red]C[/]", "warning": "[yellow]W[/]", "info": "[cyan]i[/]", None: "."}
 
 
 class FleetScreen(DataScreen):
@@ -35,7 +40,7 @@ class FleetScreen(DataScreen):
 
     def on_mount(self) -> None:
         t = self.query_one("#grid", DataTable)
-        t.add_columns("node", "model", "state", "worst", "categories", "GPUs (. ok, W warning, C critical)")
+        fill(t, GRID_COLUMNS, [])
         self.query_one("#gridfilter", Input).display = False
         t.focus()  # keys go to the grid until / opens the filter
         self.load()
@@ -72,9 +77,11 @@ class FleetScreen(DataScreen):
         self.render_grid()
 
     def render_grid(self) -> None:
+        """The grid, filtered and sorted; the cursor stays on the node it was on (by name)."""
         t = self.query_one("#grid", DataTable)
-        t.clear()
-        mark = {"critical": "[bold red]C[/]", "warning": "[yellow]W[/]", "info": "[cyan]i[/]", None: "."}
+        keys = [str(k.value) for k in t.rows]
+        row = t.cursor_row
+        keep = keys[row] if 0 <= row < len(keys) else None
         rows = self.nodes
         if self.filter_text:
             f = self.filter_text
@@ -88,16 +95,17 @@ class FleetScreen(DataScreen):
             ]
         if self.by_name:
             rows = sorted(rows, key=lambda n: n["node"])
-        for n in rows:
-            cells = " ".join(
-                mark[n["gpus"][g]] for g in sorted(n["gpus"], key=lambda x: -1 if x is None else x)
-            )
-            t.add_row(
-                n["node"],
-                n["model"] or "",
+        cells = [
+            (
+                escape(n["node"]),
+                escape(n["model"] or ""),
                 n["state"],
                 n["worst"] or "ok",
                 ",".join(n["categories"]),
-                cells,
-                key=n["node"],
+                " ".join(MARK[n["gpus"][g]] for g in sorted(n["gpus"], key=lambda x: -1 if x is None else x)),
             )
+            for n in rows
+        ]
+        names = [n["node"] for n in rows]
+        fill(t, GRID_COLUMNS, cells, names)
+        move_to_key(t, names, keep, row)

@@ -14,6 +14,9 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from fleettool.tui.messages import NodeLoaded
 from fleettool.tui.screens.base import DataScreen
+from fleettool.tui.tables import fill
+
+GPU_COLUMNS = ("gpu", "temp C", "power W", "SM MHz", "util %", "reasons", "alert", "readings")
 
 
 class NodeScreen(DataScreen):
@@ -38,9 +41,7 @@ class NodeScreen(DataScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#nodegpus", DataTable).add_columns(
-            "gpu", "temp C", "power W", "SM MHz", "util %", "reasons", "alert", "readings"
-        )
+        fill(self.query_one("#nodegpus", DataTable), GPU_COLUMNS, [])
         self.load()
 
     @work(thread=True, exclusive=True, exit_on_error=False, description="loading the node")
@@ -58,24 +59,28 @@ class NodeScreen(DataScreen):
             + (f" since {v['since']}" if v["since"] else "")
             + "   (c cordon, b burn-in, h healthy)"
         )
-        t = self.query_one("#nodegpus", DataTable)
-        t.clear()
+        rows = []
         for g in v["gpus"]:
 
             def f(k: str, fmt: str = "{:.0f}", g: dict[str, Any] = g) -> str:
                 return fmt.format(g[k]) if g.get(k) is not None else ""
 
-            t.add_row(
-                str(g["gpu"]),
-                f("gpu_temp_c"),
-                f("power_w"),
-                f("sm_clock_mhz"),
-                f("gpu_util_pct"),
-                hex(int(g["clock_event_reasons"])) if g.get("clock_event_reasons") is not None else "",
-                g.get("alert") or "",
-                # the last values of a GPU that stopped answering are not its state now: say so
-                f"STALE: none for {g['stale_s'] / 60:.0f} min" if g.get("stale_s") is not None else "current",
+            rows.append(
+                (
+                    str(g["gpu"]),
+                    f("gpu_temp_c"),
+                    f("power_w"),
+                    f("sm_clock_mhz"),
+                    f("gpu_util_pct"),
+                    hex(int(g["clock_event_reasons"])) if g.get("clock_event_reasons") is not None else "",
+                    g.get("alert") or "",
+                    # the last values of a GPU that stopped answering are not its state now: say so
+                    f"[b]STALE[/b]: none for {g['stale_s'] / 60:.0f} min"
+                    if g.get("stale_s") is not None
+                    else "current",
+                )
             )
+        fill(self.query_one("#nodegpus", DataTable), GPU_COLUMNS, rows)
         lines = [
             f"{e['ts']} gpu {e['gpu']} {e['kind']} {e['code'] or ''} {e['message'][:90]}" for e in v["events"]
         ]

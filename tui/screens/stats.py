@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -11,6 +12,13 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from fleettool.tui.messages import StatsLoaded
 from fleettool.tui.screens.base import DataScreen
+from fleettool.tui.tables import fill
+
+HEADERS = {
+    "statnodes": ("node", "availability", "interruptions", "down", "MTBF"),
+    "statcats": ("category", "pages"),
+    "statdown": ("node", "down from (UTC)", "for"),
+}
 
 
 class StatsScreen(DataScreen):
@@ -27,11 +35,8 @@ class StatsScreen(DataScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one("#statnodes", DataTable).add_columns(
-            "node", "availability", "interruptions", "down", "MTBF"
-        )
-        self.query_one("#statcats", DataTable).add_columns("category", "pages")
-        self.query_one("#statdown", DataTable).add_columns("node", "down from (UTC)", "for")
+        for tid, headers in HEADERS.items():
+            fill(self.query_one(f"#{tid}", DataTable), headers, [])
         self.load()
 
     @work(thread=True, exclusive=True, exit_on_error=False, description="loading the fleet statistics")
@@ -53,22 +58,25 @@ class StatsScreen(DataScreen):
             if rep.get("window") is not None
             else "nothing in the store to report on yet"
         )
-        cats = self.query_one("#statcats", DataTable)
-        cats.clear()
-        for cat, n in sorted((f.get("incidents_by_category") or {}).items(), key=lambda kv: (-kv[1], kv[0])):
-            cats.add_row(cat, str(n))
-        down = self.query_one("#statdown", DataTable)
-        down.clear()
-        for x in sorted(tl, key=lambda x: -x["from"])[:15]:
-            a = time.strftime("%Y-%m-%d %H:%M", time.gmtime(x["from"]))
-            down.add_row(x["node"], a, f"{(x['to'] - x['from']) / 60:.0f} min")
-        t = self.query_one("#statnodes", DataTable)
-        t.clear()
-        for n in sorted(rep.get("nodes", []), key=lambda n: n["availability"]):
-            t.add_row(
-                n["node"],
+        cats = sorted((f.get("incidents_by_category") or {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        fill(self.query_one("#statcats", DataTable), HEADERS["statcats"], [(c, str(n)) for c, n in cats])
+        down = [
+            (
+                escape(x["node"]),
+                time.strftime("%Y-%m-%d %H:%M", time.gmtime(x["from"])),
+                f"{(x['to'] - x['from']) / 60:.0f} min",
+            )
+            for x in sorted(tl, key=lambda x: -x["from"])[:15]
+        ]
+        fill(self.query_one("#statdown", DataTable), HEADERS["statdown"], down)
+        nodes = [
+            (
+                escape(n["node"]),
                 f"{n['availability']:.4%}",
                 str(n["interruptions"]),
                 f"{n['down_s'] / 60:.0f} min",
                 "-" if n["mtbf_s"] is None else f"{n['mtbf_s'] / 3600:.1f} h",
             )
+            for n in sorted(rep.get("nodes", []), key=lambda n: (n["availability"], n["node"]))
+        ]
+        fill(self.query_one("#statnodes", DataTable), HEADERS["statnodes"], nodes)
