@@ -25,6 +25,26 @@ CRD_SCHEMAS = ROOT / "fixtures" / "samples" / "prometheus-operator"
 CRD_KINDS = {"ServiceMonitor": "servicemonitors", "PrometheusRule": "prometheusrules"}
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML as the API server decodes it: a key given twice in one mapping is an error (kubectl's strict
+    decoding refuses it), where PyYAML alone keeps the last."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_all(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d]  # noqa: S506 - a SafeLoader
+
+
 @functools.cache
 def _kustomize() -> str:
     kubectl = shutil.which("kubectl")
@@ -37,7 +57,7 @@ def _kustomize() -> str:
 
 def kustomize() -> list[dict[str, Any]]:
     """The objects `kubectl apply -k deploy/kubernetes` sends."""
-    return [d for d in yaml.safe_load_all(_kustomize()) if d]
+    return load_all(_kustomize())
 
 
 def helm_render(values: dict[str, Any] | None = None, namespace: str = "fleettool") -> dict[str, str]:
@@ -51,7 +71,7 @@ def helm_objects(values: dict[str, Any] | None = None, namespace: str = "fleetto
     out = []
     for path, text in sorted(helm_render(values, namespace).items()):
         if path.endswith(".yaml"):
-            out += [d for d in yaml.safe_load_all(text) if d]
+            out += load_all(text)
     return out
 
 

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.deploy_render import K8S, api_refusals, containers, kustomize, one, validate
+from tests.deploy_render import CHART, K8S, api_refusals, containers, kustomize, load_all, one, validate
 from tests.pod_security import least_level, namespace_level, violations
 
 
@@ -33,9 +33,8 @@ def docs() -> list[tuple[str, dict[str, Any]]]:
     for p in sorted(K8S.glob("*.yaml")):
         if p.name == "kustomization.yaml":
             continue
-        for d in yaml.safe_load_all(p.read_text()):
-            if d:
-                out.append((p.name, d))
+        for d in load_all(p.read_text()):
+            out.append((p.name, d))
     return out
 
 
@@ -46,8 +45,11 @@ def test_kustomization_lists_every_file_and_the_counters_csv() -> None:
     src = k["configMapGenerator"][0]["files"][0].split("=", 1)[-1]
     csv = (K8S / src).resolve()
     assert csv.exists() and csv.parent == K8S.resolve()  # kustomize reads no file outside its folder
-    # one copy of the counters: the ConfigMap's and the one a by-hand dcgm-exporter is given
-    assert sorted((ROOT / "deploy").rglob("*counters*.csv")) == [csv]
+    # one copy of the counters: the ConfigMap's, the one a by-hand dcgm-exporter is given, and the chart's (a link)
+    copies = sorted((ROOT / "deploy").rglob("*counters*.csv"))
+    assert [c for c in copies if not c.is_symlink()] == [csv]
+    assert [c.resolve() for c in copies if c.is_symlink()] == [csv]
+    assert [c.parent for c in copies if c.is_symlink()] == [CHART / "files"]
 
 
 def test_kustomize_renders_and_every_object_validates() -> None:
@@ -68,7 +70,9 @@ def test_kustomize_renders_and_every_object_validates() -> None:
 
 
 def test_the_offline_checks_can_fail() -> None:
-    """The two checks kubernetes-validate does not make, each shown refusing a bad object."""
+    """The checks kubernetes-validate does not make, each shown refusing a bad object."""
+    with pytest.raises(yaml.constructor.ConstructorError, match="duplicate key 'app.kubernetes.io/name'"):
+        load_all("metadata:\n  labels:\n    app.kubernetes.io/name: a\n    app.kubernetes.io/name: b\n")
     objs = kustomize()
     dcgm = copy.deepcopy(one(objs, "DaemonSet", "dcgm-exporter"))
     (c,) = containers(dcgm)
