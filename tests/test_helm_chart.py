@@ -33,7 +33,7 @@ from tests.pod_security import LEVELS, least_level, namespace_level, violations
 pytest.importorskip("helm_python", reason="helm-python-sdk (Helm's engine) is a dev dependency")
 
 RULES_COPY = CHART / "files" / "fleettool-rules.yml"
-UNPRIVILEGED = {
+UNPRIVILEGED: dict[str, Any] = {
     "agent": {"kernelLog": "off", "db": {"persistence": "emptyDir"}},
     "dcgmExporter": {"enabled": False},
 }
