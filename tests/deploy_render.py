@@ -1,0 +1,157 @@
+"""What the deployment files turn into, for the deploy tests: the kustomize base rendered by the real
+`kubectl kustomize`, the Helm chart rendered by Helm's own engine (helm-python-sdk: Helm's Go SDK as a library,
+`Chart.render` is `helm template`, values.schema.json checked as `helm template` checks it), and the checks an API
+server would make that need no server: Kubernetes' OpenAPI schemas (kubernetes-validate), the Prometheus
+Operator's CRD schemas for ServiceMonitor and PrometheusRule (fixtures/samples/prometheus-operator), and the
+security-context rules of the API server's own validation that no schema carries."""
+
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import subprocess
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+K8S = ROOT / "deploy" / "kubernetes"
+CHART = ROOT / "deploy" / "helm" / "fleettool"
+DASHBOARD = ROOT / "deploy" / "grafana" / "fleettool.json"
+CRD_SCHEMAS = ROOT / "fixtures" / "samples" / "prometheus-operator"
+CRD_KINDS = {"ServiceMonitor": "servicemonitors", "PrometheusRule": "prometheusrules"}
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML as the API server decodes it: a key given twice in one mapping is an error (kubectl's strict
+    decoding refuses it), where PyYAML alone keeps the last."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_all(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.load_all(text, Loader=_StrictLoader) if d]  # noqa: S506 - a SafeLoader
+
+
+@functools.cache
+def _kustomize() -> str:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: `kubectl kustomize deploy/kubernetes` cannot be rendered here")
+    r = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def kustomize() -> list[dict[str, Any]]:
+    """The objects `kubectl apply -k deploy/kubernetes` sends."""
+    return load_all(_kustomize())
+
+
+def helm_render(values: dict[str, Any] | None = None, namespace: str = "fleettool") -> dict[str, str]:
+    """`helm template fleettool deploy/helm/fleettool -n NAMESPACE` with these values: template path -> text."""
+    helm = pytest.importorskip("helm_python", reason="helm-python-sdk (Helm's engine) is a dev dependency")
+    with helm.Chart.load(str(CHART)) as chart:
+        return dict(chart.render(values or {}, name="fleettool", namespace=namespace))
+
+
+def helm_objects(values: dict[str, Any] | None = None, namespace: str = "fleettool") -> list[dict[str, Any]]:
+    out = []
+    for path, text in sorted(helm_render(values, namespace).items()):
+        if path.endswith(".yaml"):
+            out += load_all(text)
+    return out
+
+
+def helm_error(values: dict[str, Any]) -> str:
+    """The one-line error Helm gives for these values (the test fails if they render)."""
+    helm = pytest.importorskip("helm_python")
+    with helm.Chart.load(str(CHART)) as chart:
+        try:
+            chart.render(values, name="fleettool", namespace="fleettool")
+        except helm.HelmError as e:
+            return str(e)
+    raise AssertionError(f"values rendered without an error: {values}")
+
+
+def one(objs: list[dict[str, Any]], kind: str, name_end: str = "") -> dict[str, Any]:
+    found = [d for d in objs if d["kind"] == kind and d["metadata"]["name"].endswith(name_end)]
+    assert len(found) == 1, (kind, name_end, [d["metadata"]["name"] for d in found])
+    return found[0]
+
+
+def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = obj.get("spec", {}).get("template", {}).get("spec", {})
+    return list(spec.get("containers", [])) + list(spec.get("initContainers", []))
+
+
+def _closed(schema: Any) -> Any:
+    """A CRD's structural schema with unknown fields refused, as `kubectl apply` (strict field validation, the
+    default since Kubernetes 1.27) refuses them."""
+    if isinstance(schema, list):
+        return [_closed(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _closed(v) for k, v in schema.items()}
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+@functools.cache
+def _crd_validator(kind: str) -> Any:
+    import jsonschema
+
+    doc = json.loads((CRD_SCHEMAS / f"{CRD_KINDS[kind]}.v1.schema.json").read_text())
+    return jsonschema.Draft7Validator(_closed(doc["openAPIV3Schema"]))
+
+
+def api_refusals(obj: dict[str, Any]) -> list[str]:
+    """Security-context combinations the API server's validation refuses, which the OpenAPI schema cannot
+    express (ValidateSecurityContext in kubernetes pkg/apis/core/validation): allowPrivilegeEscalation false
+    with privileged true, or with the capability spelled CAP_SYS_ADMIN."""
+    out = []
+    for c in containers(obj):
+        sc = c.get("securityContext") or {}
+        if sc.get("allowPrivilegeEscalation") is False:
+            if sc.get("privileged") is True:
+                out.append(f"{c['name']}: allowPrivilegeEscalation false with privileged true")
+            if "CAP_SYS_ADMIN" in ((sc.get("capabilities") or {}).get("add") or []):
+                out.append(f"{c['name']}: allowPrivilegeEscalation false with capabilities.add CAP_SYS_ADMIN")
+    return out
+
+
+def validate(objs: list[dict[str, Any]]) -> int:
+    """Every object against its schema (the Prometheus Operator's CRDs included) and the API server's
+    security-context rules; the number validated."""
+    kv = pytest.importorskip("kubernetes_validate")
+    version = kv.utils.latest_version()
+    n = 0
+    for d in objs:
+        name = f"{d['kind']}/{d['metadata']['name']}"
+        if d["apiVersion"] == "monitoring.coreos.com/v1":
+            errors = sorted(_crd_validator(d["kind"]).iter_errors(d), key=str)
+            assert not errors, f"{name}: " + "; ".join(
+                f"{list(e.absolute_path)}: {e.message}" for e in errors
+            )
+        else:
+            kv.validate(d, version, strict=True)
+        assert api_refusals(d) == [], (name, api_refusals(d))
+        n += 1
+    return n
