@@ -118,7 +118,10 @@ def test_pci_bus_id_is_spelled_as_nvml_and_dcgm_exporter_spell_it() -> None:
 def test_a_real_agent_labels_its_series_with_the_inventory_it_stored(tmp_path: Path) -> None:
     db = tmp_path / "a.duckdb"
     with AgentProcess("--db", str(db), "--node", "gpu-17", "--gpus", "4", "--flush", "1s", *FAKE) as ag:
-        body = ag.wait_metrics("fleettool_gpu_info{", "fleettool_power_watts{")
+        # the first tick's series, its health last
+        body = ag.wait_metrics(
+            "fleettool_gpu_info{", "fleettool_gpus_expected{", "fleettool_agent_collector_up{"
+        )
         deadline = time.monotonic() + 20
         while True:
             r = run_cli("gpus", "--db", str(db), "--json")

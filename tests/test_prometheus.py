@@ -81,6 +81,12 @@ class _Exporter(http.server.BaseHTTPRequestHandler):
         pass
 
 
+def _metrics_with(port: int, needle: bytes) -> bytes | None:
+    """The agent's /metrics once it shows `needle` (the port answers before the first tick)."""
+    b = _get(f"http://127.0.0.1:{port}/metrics")
+    return b if needle in b else None
+
+
 def _promtool_findings(body: bytes) -> tuple[int, list[str]]:
     chk = subprocess.run([PROMTOOL or "promtool", "check", "metrics"], input=body, capture_output=True)
     return chk.returncode, (chk.stdout + chk.stderr).decode().splitlines()
@@ -98,12 +104,7 @@ def test_promtool_finds_nothing_but_dcgm_exporters_camel_case_model_name(tmp_pat
     args += ["--dcgm-exporter", "off", "--metrics-port", str(mport), "--duration", "40s", "--quiet"]
     agent = subprocess.Popen([*base, "agent", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-
-        def inventoried() -> bytes | None:
-            b = _get(f"http://127.0.0.1:{mport}/metrics")
-            return b if b"fleettool_gpu_info{" in b else None
-
-        body = _wait(inventoried, 30, "the agent's /metrics with its GPU inventory")
+        body = _wait(lambda: _metrics_with(mport, b"fleettool_gpu_info{"), 30, "the agent's GPU inventory")
     finally:
         agent.terminate()
         agent.wait(timeout=15)
@@ -160,7 +161,9 @@ def test_prometheus_scrapes_the_agent_and_loads_the_rules(tmp_path: Path) -> Non
     threading.Thread(target=dcgm.serve_forever, daemon=True).start()
     dport = dcgm.server_address[1]
     try:
-        body = _wait(lambda: _get(f"http://127.0.0.1:{mport}/metrics"), 30, "the agent's /metrics")
+        body = _wait(
+            lambda: _metrics_with(mport, b"fleettool_gpu_temp_celsius{"), 30, "the agent's first tick"
+        )
         text = body.decode()
         assert "# TYPE fleettool_gpu_temp_celsius gauge" in text  # base units, counters with _total
         assert "# TYPE fleettool_agent_collector_up gauge" in text
