@@ -30,6 +30,7 @@ from fleettool.agent.loop import Agent, AgentConfig
 from fleettool.collectors.nvml import NvmlCollector
 from fleettool.collectors.series_map import map_series
 from fleettool.export.metrics_server import AgentMetrics, dcgm_pci_bus_id, serve
+from fleettool.model import normalize_pci_bus_id
 from fleettool.sources.fake import FakeSource
 from tests.conftest import FIXTURES, run_cli
 from tests.test_agent import AgentProcess, free_port
@@ -113,6 +114,12 @@ def test_pci_bus_id_is_spelled_as_nvml_and_dcgm_exporter_spell_it() -> None:
     assert dcgm_pci_bus_id("0000:1a:00") == "00000000:1A:00.0"
     assert dcgm_pci_bus_id("0001:c3:1f") == "00000001:C3:1F.0"
     assert dcgm_pci_bus_id("garbage") == "garbage"  # an id the store could not parse stays as it was
+    # NVML's own spelling survives the store's key and back: the H200 recorded in fixtures/samples, and the H100
+    # of dcgm-exporter issue #512
+    smi = (FIXTURES / "samples" / "h200-recording" / "nvidia-smi-q.txt").read_text()
+    (h200,) = {ln.split(":", 1)[1].strip() for ln in smi.splitlines() if ln.strip().startswith("Bus Id")}
+    for nvml in (h200, "00000000:1A:00.0"):
+        assert dcgm_pci_bus_id(normalize_pci_bus_id(nvml)) == nvml
 
 
 def test_a_real_agent_labels_its_series_with_the_inventory_it_stored(tmp_path: Path) -> None:
