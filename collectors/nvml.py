@@ -48,12 +48,16 @@ class NvmlCollector:
         interval_s: float = 1.0,
         tier_s: dict[Tier, float] | None = None,
         expected_gpus: int | None = None,
+        known_gpus: int = 0,
     ) -> None:
         self.source = source
         self.node = node
         self.tier_s = dict(tier_s or DEFAULT_TIER_S)
         self.tier_s[Tier.FAST] = interval_s
+        # what gpu_count_expected reports: --expect-gpus, else set at the first open from NVML's count and the
+        # GPUs the store knew (a restart after a GPU fell off must still miss it), and kept across reopens
         self.expected_gpus = expected_gpus
+        self.known_gpus = known_gpus
         self._reason: str | None = None
         self._open = False
         self._last_open_try = -1e18
@@ -98,6 +102,8 @@ class NvmlCollector:
         except SourceError:
             self._driver = None
         self._count = self.source.device_count()
+        if self.expected_gpus is None:
+            self.expected_gpus = max(self._count, self.known_gpus)
         for i in range(self._count):
             try:
                 d = self.source.device_info(i)
@@ -247,5 +253,10 @@ def from_config(cfg: CollectorConfig) -> NvmlCollector | None:
     if (every := cfg.all_tiers_every_s) is not None:
         tiers = {Tier.FAST: cfg.interval_s, Tier.MEDIUM: every, Tier.DEAR: every, Tier.STATIC: every}
     return NvmlCollector(
-        cfg.gpu_source, cfg.node, interval_s=cfg.interval_s, tier_s=tiers, expected_gpus=cfg.expected_gpus
+        cfg.gpu_source,
+        cfg.node,
+        interval_s=cfg.interval_s,
+        tier_s=tiers,
+        expected_gpus=cfg.expected_gpus,
+        known_gpus=cfg.known_gpus,
     )

@@ -36,7 +36,8 @@ class CollectorConfig:
     node: str
     gpu_source: GpuSource | None = None  # live NVML or the fake; None: no GPU source in this run
     interval_s: float = 1.0  # the agent's tick, and the NVML collector's fast tier
-    expected_gpus: int | None = None
+    expected_gpus: int | None = None  # --expect-gpus; None: NVML's count at start, or known_gpus if larger
+    known_gpus: int = 0  # GPUs this node's store has in its inventory (a GPU that fell off before a restart)
     all_tiers_every_s: float | None = None  # sample every NVML tier this often (record --all-tiers-every)
     kmsg: str = "auto"  # --kmsg: auto, kmsg, journal, off, or a path
     dcgm_url: str = "off"  # --dcgm-exporter: the URL to scrape, or off

@@ -128,7 +128,7 @@ def test_alerts_json_is_an_array_with_the_contract_fields(db: Path) -> None:
 
 def test_read_commands_on_a_missing_or_foreign_db_exit_with_documented_codes(tmp_path: Path) -> None:
     r = run_cli("events", "--db", str(tmp_path / "none.duckdb"))
-    assert r.returncode == 6 and "no such database" in r.stderr
+    assert r.returncode == 3 and r.stderr == f"fleettool: {tmp_path / 'none.duckdb'}: no such database\n"
     junk = tmp_path / "junk.duckdb"
     junk.write_text("not a database\n" * 100)
     r = run_cli("events", "--db", str(junk))
@@ -188,3 +188,51 @@ def test_help_lists_every_exit_code() -> None:
         if code != ExitCode.OK:
             assert f"; {int(code)} " in text, code
     assert "5 not a fleettool database" in text and "8 something needed is unavailable" in text
+
+
+def test_version_prints_the_package_version() -> None:
+    import fleettool
+
+    r = run_cli("--version")
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"fleettool {fleettool.__version__}\n", "")
+    from importlib.metadata import version
+
+    assert fleettool.__version__ == version("fleettool")  # the package's metadata says the same
+
+
+def _bash(script: str, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HOME": str(home), "SHELL": "/bin/bash"}
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, env=env)
+
+
+def _complete(words: str, home: Path, setup: str) -> list[str]:
+    """What bash offers after `words` (the last one partial), through the completion function `setup` loads."""
+    argv = words.split(" ")
+    script = (
+        f"{setup}\nCOMP_WORDS=({' '.join(argv)}); COMP_CWORD={len(argv) - 1}; "
+        '_fleettool_completion fleettool; printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    r = _bash(script, home)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split()
+
+
+def test_shell_completion_is_shown_installed_and_completes_in_bash(tmp_path: Path) -> None:
+    r = run_cli("--show-completion", "bash")
+    assert r.returncode == 0 and "complete -o default -F _fleettool_completion fleettool" in r.stdout, (
+        r.stderr
+    )
+    shown = tmp_path / "shown.sh"
+    shown.write_text(r.stdout)
+    src = f"source {shown}"
+    assert _complete("fleettool ag", tmp_path, src) == ["agent"]
+    assert _complete("fleettool rules ex", tmp_path, src) == ["export"]
+    assert "--dcgm-exporter" in _complete("fleettool agent --dcgm", tmp_path, src)
+    assert _complete("fleettool agent --expect-g", tmp_path, src) == ["--expect-gpus"]
+    # --install-completion finds the shell it runs under and writes the script where bash reads it
+    home = tmp_path / "home"
+    home.mkdir()
+    r = _bash("fleettool --install-completion", home)
+    assert r.returncode == 0 and "bash completion installed" in r.stdout, r.stdout + r.stderr
+    assert (home / ".bashrc").read_text().count("fleettool.sh") == 1
+    assert _complete("fleettool sil", home, "source ~/.bashrc") == ["silence"]

@@ -119,8 +119,8 @@ def _db_cases() -> Iterator[Case]:
         ("updates", NEEDERS, [("missing", *missing), ("nodir", *nodir_reading)]),
     ):
         for cmd, extra in table:
-            for key, names, why in cases:
-                yield Case(cmd, (*extra, "--db", "{" + key + "}"), DB_ERROR, names, f"{why} ({role})")
+            for key, names, why in cases:  # a --db that does not exist is a missing path like any other
+                yield Case(cmd, (*extra, "--db", "{" + key + "}"), BAD_INPUT, names, f"{why} ({role})")
             for key, names, why in common:
                 yield Case(cmd, (*extra, "--db", "{" + key + "}"), NOT_OURS, names, f"{why} ({role})")
 

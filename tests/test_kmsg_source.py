@@ -252,8 +252,8 @@ def _stopped_cleanly(agent: AgentProcess) -> str:
     return err
 
 
-AVAILABLE = 'fleettool_agent_collector_available{UUID="",collector="kmsg",gpu="",hostname="%s"} %s'
-XID_TOTAL = 'fleettool_events_total{code="%d",hostname="%s",kind="xid"}'
+AVAILABLE = 'fleettool_agent_collector_available{Hostname="%s",collector="kmsg"} %s'
+XID_TOTAL = 'fleettool_events_total{Hostname="%s",code="%d",kind="xid"}'
 
 
 @needs_kmsg_write
@@ -262,7 +262,7 @@ def test_agent_reads_dev_kmsg_into_the_store_and_metrics(tmp_path: Path) -> None
     with AgentProcess("--db", str(db), "--node", node, "--kmsg=/dev/kmsg", *FAKE_ARGS) as agent:
         agent.wait_metrics(AVAILABLE % (node, "1.0"))
         write_kmsg(XID79)
-        agent.wait_metrics(XID_TOTAL % (79, node))
+        agent.wait_metrics(XID_TOTAL % (node, 79))
         (ev,) = _events(db, 79)
         assert ev["pci_bus_id"] == "0000:18:00" and ev["source"] == "kmsg:kmsg" and ev["node"] == node
         assert ev["gpu"] == 0  # the fake H200 inventory puts GPU 0 at 0000:18:00
@@ -283,7 +283,7 @@ def test_agent_reads_a_fifo_whose_writer_comes_later(tmp_path: Path, fifo: Path)
     with AgentProcess("--db", str(db), "--node", node, f"--kmsg={fifo}", *FAKE_ARGS) as agent:
         agent.wait_metrics(AVAILABLE % (node, "1.0"))  # up and serving before anyone writes
         _write_fifo_later(fifo, f"[  42.000000] {XID79}\n", 0.0).join(10)
-        agent.wait_metrics(XID_TOTAL % (79, node))
+        agent.wait_metrics(XID_TOTAL % (node, 79))
         (ev,) = _events(db, 79)
         assert ev["source"] == "kmsg:fifo" and ev["pci_bus_id"] == "0000:18:00"
         _stopped_cleanly(agent)
@@ -298,10 +298,10 @@ def test_agent_follows_a_regular_file_through_rotation(tmp_path: Path) -> None:
         agent.wait_metrics(AVAILABLE % (node, "1.0"))
         with open(log, "a") as f:
             f.write(f"2026-11-30T00:16:40+0000 {node} kernel: {XID79}\n")
-        agent.wait_metrics(XID_TOTAL % (79, node))
+        agent.wait_metrics(XID_TOTAL % (node, 79))
         os.rename(log, tmp_path / "kern.log.1")
         log.write_text(f"2026-11-30T00:20:00+0000 {node} kernel: NVRM: Xid (PCI:0000:18:00): 48, DBE\n")
-        agent.wait_metrics(XID_TOTAL % (48, node))
+        agent.wait_metrics(XID_TOTAL % (node, 48))
         assert _events(db, 79)[0]["source"] == "kmsg:file" and _events(db, 48)
         _stopped_cleanly(agent)
         r = run_cli("events", "--db", str(db), "--json")
@@ -313,7 +313,7 @@ def test_agent_given_a_directory_goes_on_and_says_why(tmp_path: Path) -> None:
     with AgentProcess("--db", str(db), "--node", node, f"--kmsg={tmp_path}", *FAKE_ARGS) as agent:
         agent.wait_metrics(
             AVAILABLE % (node, "0.0"),
-            f'fleettool_agent_collector_available{{UUID="",collector="nvml",gpu="",hostname="{node}"}} 1.0',
+            f'fleettool_agent_collector_available{{Hostname="{node}",collector="nvml"}} 1.0',
         )
         err = _stopped_cleanly(agent)
     why = f"collector kmsg unavailable: {tmp_path}: a directory, not a kernel log"

@@ -1,21 +1,28 @@
-"""A real Prometheus server (Debian package `prometheus`) on loopback scrapes an agent fed by a recording;
-the series come back through Prometheus's HTTP API; the exported alerting rules load in that server; and
-`promtool check metrics` is clean on the agent's /metrics."""
+"""A real Prometheus server (Debian package `prometheus`) on loopback scrapes an agent fed by a recording and a
+stand-in dcgm-exporter serving a real dcgm-exporter scrape (fixtures/samples/dcgm-exporter); the series come
+back through Prometheus's HTTP API and join with dcgm-exporter's on its labels; the exported alerting rules load
+in that server; and `promtool check metrics` finds nothing on the agent's /metrics but the one style note that
+dcgm-exporter's own `modelName` label earns."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import FIXTURES
 
 PROM = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
@@ -50,6 +57,67 @@ def _wait(pred, timeout: float, what: str):  # type: ignore[no-untyped-def]
     raise AssertionError(f"timed out waiting for {what}: {last!r}")
 
 
+DCGM_SAMPLES = FIXTURES / "samples" / "dcgm-exporter" / "dcgm-exporter-metrics-samples.txt"
+DCGM_HOST = "r6i3n0"  # the node of the V100 scrape below (dcgm-exporter issue #250): 4 GPUs, gpu 0 to 3
+
+
+def _dcgm_scrape() -> bytes:
+    """The V100 block of the samples file as dcgm-exporter served it (its HELP/TYPE lines and series)."""
+    (block,) = [b for b in DCGM_SAMPLES.read_text().split("=== SOURCE: ") if "issue #250" in b.split("\n")[0]]
+    lines = [ln for ln in block.splitlines()[1:] if ln.startswith(("DCGM_", "# HELP", "# TYPE"))]
+    return ("\n".join(lines) + "\n").encode()
+
+
+class _Exporter(http.server.BaseHTTPRequestHandler):
+    body = b""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _metrics_with(port: int, needle: bytes) -> bytes | None:
+    """The agent's /metrics once it shows `needle` (the port answers before the first tick)."""
+    b = _get(f"http://127.0.0.1:{port}/metrics")
+    return b if needle in b else None
+
+
+def _promtool_findings(body: bytes) -> tuple[int, list[str]]:
+    chk = subprocess.run([PROMTOOL or "promtool", "check", "metrics"], input=body, capture_output=True)
+    return chk.returncode, (chk.stdout + chk.stderr).decode().splitlines()
+
+
+def test_promtool_finds_nothing_but_dcgm_exporters_camel_case_model_name(tmp_path: Path) -> None:
+    """The agent's /metrics keeps dcgm-exporter's label names so the two join; promtool's lint calls one of
+    them, `modelName`, camelCase. That note, on exactly the families that carry the label, is all it may say:
+    with the label renamed the same body is clean."""
+    assert PROMTOOL, "promtool is required in CI"
+    mport = _port()
+    exe = shutil.which("fleettool")
+    base = [exe] if exe else [sys.executable, "-m", "fleettool"]
+    args = ["--source", "fake", "--gpus", "2", "--db", str(tmp_path / "a.duckdb"), "--kmsg", "off"]
+    args += ["--dcgm-exporter", "off", "--metrics-port", str(mport), "--duration", "40s", "--quiet"]
+    agent = subprocess.Popen([*base, "agent", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        body = _wait(lambda: _metrics_with(mport, b"fleettool_gpu_info{"), 30, "the agent's GPU inventory")
+    finally:
+        agent.terminate()
+        agent.wait(timeout=15)
+    rc, lines = _promtool_findings(body)
+    with_model = {m.group(1) for m in re.finditer(rb"^(\w+)\{[^}]*modelName=", body, re.M)}
+    note = " label names should be written in 'snake_case' not 'camelCase'"
+    assert rc != 0 and lines and all(ln.endswith(note) for ln in lines), lines
+    assert {ln[: -len(note)] for ln in lines} == {n.decode() for n in with_model}
+    assert len(with_model) > 20
+    rc, lines = _promtool_findings(body.replace(b"modelName=", b"model_name="))
+    assert rc == 0 and lines == [], lines
+
+
 def test_prometheus_scrapes_the_agent_and_loads_the_rules(tmp_path: Path) -> None:
     assert PROM and PROMTOOL, "prometheus/promtool are required in CI"
     mport, pport = _port(), _port()
@@ -63,6 +131,8 @@ def test_prometheus_scrapes_the_agent_and_loads_the_rules(tmp_path: Path) -> Non
             "fake",
             "--gpus",
             "4",
+            "--node",
+            DCGM_HOST,
             "--inject",
             "thermal@gpu=1",
             "--db",
@@ -86,10 +156,14 @@ def test_prometheus_scrapes_the_agent_and_loads_the_rules(tmp_path: Path) -> Non
         text=True,
     )
     prom = None
+    _Exporter.body = _dcgm_scrape()
+    dcgm = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Exporter)
+    threading.Thread(target=dcgm.serve_forever, daemon=True).start()
+    dport = dcgm.server_address[1]
     try:
-        body = _wait(lambda: _get(f"http://127.0.0.1:{mport}/metrics"), 30, "the agent's /metrics")
-        chk = subprocess.run([PROMTOOL, "check", "metrics"], input=body, capture_output=True)
-        assert chk.returncode == 0, chk.stdout.decode() + chk.stderr.decode()
+        body = _wait(
+            lambda: _metrics_with(mport, b"fleettool_gpu_temp_celsius{"), 30, "the agent's first tick"
+        )
         text = body.decode()
         assert "# TYPE fleettool_gpu_temp_celsius gauge" in text  # base units, counters with _total
         assert "# TYPE fleettool_agent_collector_up gauge" in text
@@ -107,6 +181,7 @@ def test_prometheus_scrapes_the_agent_and_loads_the_rules(tmp_path: Path) -> Non
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
             f"rule_files: ['{rules}']\n"
             f"scrape_configs:\n  - job_name: fleettool\n    static_configs:\n      - targets: ['127.0.0.1:{mport}']\n"
+            f"  - job_name: dcgm-exporter\n    static_configs:\n      - targets: ['127.0.0.1:{dport}']\n"
         )
         prom = subprocess.Popen(
             [
@@ -138,7 +213,22 @@ def test_prometheus_scrapes_the_agent_and_loads_the_rules(tmp_path: Path) -> Non
             "result"
         ]
         assert up and up[0]["value"][1] == "1"
+
+        def joined() -> list | None:  # type: ignore[type-arg]
+            # a dashboard's join: fleettool's temperature beside dcgm-exporter's PCIe replays, per GPU
+            q = "fleettool_gpu_temp_celsius * on(Hostname, gpu) group_left() DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
+            res = json.loads(_get(f"{api}/query?query=" + urllib.parse.quote(q)))["data"]["result"]
+            return res if len(res) == 4 else None
+
+        pairs = _wait(joined, 30, "fleettool's series joined with dcgm-exporter's on Hostname and gpu")
+        assert {(p["metric"]["Hostname"], p["metric"]["gpu"]) for p in pairs} == {
+            (DCGM_HOST, str(i)) for i in range(4)
+        }
+        q = "fleettool_gpu_info * on(Hostname, gpu, device) group_left() DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
+        res = json.loads(_get(f"{api}/query?query=" + urllib.parse.quote(q)))["data"]["result"]
+        assert len(res) == 4  # the info series joins too, on dcgm-exporter's device label as well
     finally:
+        dcgm.shutdown()
         for p in (prom, agent):
             if p is not None:
                 p.terminate()

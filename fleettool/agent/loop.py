@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from fleettool.agent import memory
 from fleettool.agent.config import SAMPLE_BYTES, AgentConfig, AgentStats, Buffer
@@ -35,6 +36,17 @@ from fleettool.engine.incremental import RuleScheduler
 from fleettool.model import Event, EventKind, GpuInfo, Sample
 
 GPU_REFRESH_S = 300.0  # an unchanged GPU's inventory row (its last_seen) is rewritten this often
+
+
+def merge_gpu(known: GpuInfo | None, new: GpuInfo) -> GpuInfo:
+    """A GPU's identity for /metrics: the first value each collector gives a field stays (NVML runs first;
+    dcgm-exporter's `--replace-blanks-in-model-name` spelling must not flip the series' labels every 10 s),
+    and fills only what is unknown. A different UUID at the index is another GPU: it replaces the row."""
+    if known is None or (new.uuid is not None and known.uuid is not None and new.uuid != known.uuid):
+        return new
+    fill = {f: getattr(new, f) for f in ("uuid", "pci_bus_id", "model", "driver", "serial")}
+    changes = {f: v for f, v in fill.items() if v is not None and getattr(known, f) is None}
+    return replace(known, **changes) if changes else known
 
 
 class Agent:
@@ -69,6 +81,7 @@ class Agent:
         self.stats = AgentStats()
         self.latest: dict[tuple[str, int | None, str | None, str], float] = {}
         self._gpus_written: dict[tuple[str, int | None, str | None], tuple[GpuInfo, float]] = {}
+        self.gpus: dict[int, GpuInfo] = {}  # this node's GPUs by index, for /metrics' identity labels
         self.event_counts: dict[tuple[str, int | None], int] = {}
         self._stop = threading.Event()
         self._health: dict[str, tuple[float, float]] = {}  # collector -> (up, hung)
@@ -76,6 +89,12 @@ class Agent:
         self._last_retention = -1e18
         self._last_export = -1e18
         self._started = False
+        # for /healthz and /readyz (agent/health.py): when the loop last finished a tick, when the flush now
+        # running began, and the dropped-row count at the last flush that reached the store
+        self.started_mono = mono()
+        self.last_tick_mono: float | None = None
+        self.flushing_since: float | None = None
+        self.dropped_at_last_flush = 0
 
     # -- control ------------------------------------------------------------------------------------------
     def stop(self, *_: object) -> None:
@@ -242,6 +261,7 @@ class Agent:
                     ]
                 )
             )
+        self.last_tick_mono = self.mono()
 
     def _report_health(
         self, now: float, c: Collector, avail: bool, up: float, hung: float, duration_s: float
@@ -281,6 +301,9 @@ class Agent:
                 self._urgent = True
         if self.sink is not None:
             self.sink(c)
+        for g in c.gpus:
+            if g.gpu is not None:
+                self.gpus[g.gpu] = merge_gpu(self.gpus.get(g.gpu), g)
         if self.cfg.db is None:
             return
         self.buf.samples.extend(c.samples)
@@ -306,7 +329,13 @@ class Agent:
         """The buffer to the store, then the rules (the due ones; at once the event and instant rules when an
         event came), export and retention. False when the buffer could not be written (it is kept)."""
         urgent, self._urgent = self._urgent, False
-        ok = flush_buffer(self, final=final, urgent=urgent)
+        self.flushing_since = self.mono()
+        try:
+            ok = flush_buffer(self, final=final, urgent=urgent)
+        finally:
+            self.flushing_since = None
+        if ok:
+            self.dropped_at_last_flush = self.stats.dropped_rows
         memory.trim()  # the rule pass's peak goes back to the kernel, not kept until the next one
         if not ok and urgent:
             self._urgent = True  # still to be judged at once: the next tick tries again

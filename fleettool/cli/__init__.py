@@ -3,8 +3,11 @@ at import time (a test guards it); each command imports what it needs when it ru
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from fleettool import __version__
 from fleettool.cli import (
     agent_cmd,
     alerts_cmd,
@@ -22,10 +25,28 @@ app = typer.Typer(
     help="Fleet telemetry and incident triage for NVIDIA GPU clusters.",
     epilog=EPILOG,
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion [bash|zsh|fish|powershell]
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"fleettool {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit"),
+    ] = False,
+) -> None:
+    """Fleet telemetry and incident triage for NVIDIA GPU clusters."""
+
+
 agent_cmd.register(app)
 replay_cmd.register(app)
 query_cmd.register(app)

@@ -119,7 +119,16 @@ def register(app: typer.Typer) -> None:
         ] = False,
         collector: CollectorOpt = None,
         no_collector: NoCollectorOpt = None,
-        expect_gpus: Annotated[int | None, typer.Option(min=1, help="GPUs this node should have")] = None,
+        expect_gpus: Annotated[
+            int | None,
+            typer.Option(
+                min=1,
+                help="GPUs this node should have (fleettool_gpus_expected; NodeMissingGpus fires below it). "
+                "Default: the larger of what NVML reports at start and the GPUs this node has in the store's "
+                "inventory, so a GPU that fell off before a restart is still missed; give it to lower the count "
+                "after taking GPUs out on purpose",
+            ),
+        ] = None,
         kmsg: Annotated[
             str,
             typer.Option(
@@ -146,7 +155,13 @@ def register(app: typer.Typer) -> None:
         ] = "7d",
         rollup_retention: Annotated[str, typer.Option(help="keep 1-minute rollups this long")] = "400d",
         metrics_port: Annotated[
-            int | None, typer.Option(min=1, max=65535, help="serve Prometheus /metrics on this port")
+            int | None,
+            typer.Option(
+                min=1,
+                max=65535,
+                help="serve Prometheus /metrics on this port, and the probes /healthz (the loop is going round) "
+                "and /readyz (first collection done, the store writable or the rows buffered within --max-buffer)",
+            ),
         ] = None,
         metrics_addr: Annotated[
             str,
@@ -190,6 +205,7 @@ def register(app: typer.Typer) -> None:
             gpu_source=_gpu_source(source, gpus, inject, recording, fake_costs),
             interval_s=ivl,
             expected_gpus=expect_gpus,
+            known_gpus=0 if expect_gpus is not None else _known_gpus(db, name),
             kmsg=kmsg,
             dcgm_url=dcgm_exporter,
         )
@@ -202,6 +218,7 @@ def register(app: typer.Typer) -> None:
             scheduler = RuleScheduler(_load(rules))
         ag = Agent(cfg, collectors, scheduler=scheduler)
         if metrics_port is not None:
+            from fleettool.agent.health import liveness, readiness
             from fleettool.export.metrics_server import AgentMetrics, serve
 
             try:  # bound now, before the loop: a port in use stops the start, not the 3 a.m. scrape
@@ -213,7 +230,9 @@ def register(app: typer.Typer) -> None:
                         lambda: dict(ag.latest),
                         lambda: dict(ag.event_counts),
                         lambda: list(ag.open_alerts),
+                        lambda: dict(ag.gpus),
                     ),
+                    {"/healthz": lambda: liveness(ag), "/readyz": lambda: readiness(ag)},
                 )
             except OSError as e:
                 why = (
@@ -310,6 +329,20 @@ def register(app: typer.Typer) -> None:
         print(f"recorded {n} samples and {len(writer.events)} events in {stats.ticks} ticks:")
         for p in paths:
             print(f"  {p}")
+
+
+def _known_gpus(db: Path, node: str) -> int:
+    """How many GPUs (by index) the store's inventory has for this node; 0 when there is no store yet or it
+    cannot be read now (the agent's own open, later, reports why)."""
+    from fleettool.store import Store, StoreError, precheck
+
+    try:
+        precheck(str(db), read_only=True)
+        with Store(db, read_only=True, wait_s=2.0) as st:
+            n = st.scalar("SELECT count(DISTINCT gpu) FROM gpus WHERE node = ? AND gpu IS NOT NULL", [node])
+    except StoreError:
+        return 0
+    return int(n or 0)
 
 
 def _buffer_size(text: str) -> int:

@@ -37,9 +37,12 @@ def die(msg: str, code: ExitCode) -> typer.Exit:
 
 
 def store_exit(err: Exception) -> typer.Exit:
-    """A StoreError as its documented exit: 4 locked, 5 not fleettool's, 6 cannot open or write."""
-    from fleettool.store.errors import StoreCorrupt, StoreLocked
+    """A StoreError as its documented exit: 3 no such database (a missing path, like any other), 4 locked,
+    5 not fleettool's, 6 cannot open or write."""
+    from fleettool.store.errors import NoSuchStore, StoreCorrupt, StoreLocked
 
+    if isinstance(err, NoSuchStore):
+        return die(str(err), ExitCode.BAD_INPUT)
     if isinstance(err, StoreLocked):
         return die(str(err), ExitCode.STORE_LOCKED)
     if isinstance(err, StoreCorrupt):

@@ -1,25 +1,77 @@
-"""Serve the agent's latest readings on /metrics (prometheus-client), under fleettool's own names.
+"""Serve the agent on its metrics port: /metrics (prometheus-client), /healthz and /readyz.
 
-Series are `fleettool_<metric>{hostname, gpu, UUID[, link|collector|mig]}` in base units; counters are
-exposed as counters with the `_total` suffix (fleettool_ecc_dbe_volatile_total); every event kind/code is counted
-in `fleettool_events_total{kind, code}` (XIDs are counted, not kept as a "last XID" gauge that never resets);
-open alerts are `fleettool_alerts{rule, severity, category, action, gpu}` = 1.
+Series are `fleettool_<metric>` in base units; counters are exposed as counters with the `_total` suffix
+(fleettool_ecc_dbe_volatile_total); every event kind/code is counted in `fleettool_events_total{kind, code}`
+(XIDs are counted, not kept as a "last XID" gauge that never resets); open alerts are
+`fleettool_alerts{rule, severity, category, action[, gpu]}` = 1.
+
+Labels are dcgm-exporter's, so a Prometheus fed by both joins them on `Hostname` and `gpu` (or `UUID`) without
+relabelling: a GPU's series carry `gpu`, `UUID`, `pci_bus_id` (as NVML and dcgm-exporter spell it,
+`00000000:1A:00.0`), `device` (`nvidia0`), `modelName`, `Hostname` and `DCGM_FI_DRIVER_VERSION`, taken from the
+GPU inventory the agent collected; node-level series (agent health, the GPU count, events) carry `Hostname`
+only. A label whose value is unknown is left out, never written as "" (Prometheus reads both the same, but an
+empty identity label reads as a GPU with no name). `fleettool_build_info` and `fleettool_gpu_info` are info
+series (value 1) to join on, as `kube_pod_info` is used.
+
+The port also answers the probes: GET /healthz and /readyz return 200 with one line saying why, or 503 with
+the line saying what is wrong; the agent decides (fleettool/agent/health.py). Any other path is 404, so a
+misspelt probe path fails instead of passing on the metrics page.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import platform
+import socket
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from fleettool import __version__
 from fleettool.metrics import METRICS, prom_spec
+from fleettool.model import GpuInfo
 
 Latest = dict[tuple[str, int | None, str | None, str], float]
 Counts = dict[tuple[str, int | None], int]
-
-
 Alerts = list[dict[str, object]]
+Gpus = Mapping[int, GpuInfo]
+Probe = Callable[[], tuple[bool, str]]  # (healthy, one line saying why)
+
+HOST = "Hostname"  # dcgm-exporter's node label (it has been `Hostname` in every release to 2025)
+DRIVER = "DCGM_FI_DRIVER_VERSION"  # dcgm-exporter puts the driver version on each series under its field name
+
+
+def dcgm_pci_bus_id(pci: str) -> str:
+    """The store's PCI key (`0000:1a:00`) as NVML and dcgm-exporter print it (`00000000:1A:00.0`), so the
+    label joins with dcgm-exporter's. A GPU is function 0 of its device (its audio or USB parts are .1 up)."""
+    parts = pci.split(":")
+    if len(parts) != 3:
+        return pci
+    try:
+        return f"{int(parts[0], 16):08X}:{int(parts[1], 16):02X}:{int(parts[2], 16):02X}.0"
+    except ValueError:
+        return pci
+
+
+def gpu_labels(node: str, gpu: int, uuid: str | None, info: GpuInfo | None) -> dict[str, str]:
+    """A GPU's identity labels, in dcgm-exporter's names; unknown values are left out."""
+    if info is not None and uuid is not None and info.uuid is not None and info.uuid != uuid:
+        info = None  # another GPU now answers at this index: its inventory row is not this series'
+    lab = {"gpu": str(gpu)}
+    if uuid or (info is not None and info.uuid):
+        lab["UUID"] = str(uuid or (info.uuid if info else ""))
+    if info is not None and info.pci_bus_id:
+        lab["pci_bus_id"] = dcgm_pci_bus_id(info.pci_bus_id)
+    lab["device"] = f"nvidia{gpu}"  # dcgm-exporter's: "nvidia" + the GPU's index, as /dev/nvidiaN
+    if info is not None and info.model:
+        lab["modelName"] = info.model
+    lab[HOST] = node
+    if info is not None and info.driver:
+        lab[DRIVER] = info.driver
+    return lab
 
 
 class AgentMetrics(Collector):
@@ -29,67 +81,140 @@ class AgentMetrics(Collector):
         latest: Callable[[], Latest],
         counts: Callable[[], Counts],
         alerts: Callable[[], Alerts] | None = None,
+        gpus: Callable[[], Gpus] | None = None,
     ) -> None:
         self.node = node
         self.latest = latest
         self.counts = counts
         self.alerts = alerts
+        self.gpus = gpus or dict
+
+    def _labels(self, gpu: int | None, uuid: str | None, inv: Gpus) -> dict[str, str]:
+        if gpu is not None:
+            return gpu_labels(self.node, gpu, uuid, inv.get(gpu))
+        lab = {HOST: self.node}
+        if uuid:  # a GPU known by UUID only (no index): name it, nothing more
+            lab["UUID"] = uuid
+        return lab
 
     def collect(self) -> Iterator[Metric]:
-        fams: dict[str, tuple[CounterMetricFamily | GaugeMetricFamily, list[str]]] = {}
+        inv = dict(self.gpus())
+        yield from self._build_info()
+        yield from self._gpu_info(inv)
+        fams: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
         for (metric, gpu, uuid, sub), value in sorted(
-            self.latest().items(), key=lambda kv: (kv[0][0], kv[0][1] or -1, kv[0][3])
+            self.latest().items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1], kv[0][3])
         ):
-            sub_key, _, sub_val = sub.partition("=")
-            labels = ["hostname", "gpu", "UUID"] + ([sub_key] if sub_key else [])
             name, scale = prom_spec(metric)
-            key = name + "|" + ",".join(labels)
-            if key not in fams:
+            fam = fams.get(name)
+            if fam is None:
                 d = METRICS.get(metric)
                 helptext = f"{d.help} ({d.unit})" if d else metric
                 if d is not None and d.kind == "counter":
                     base = name[: -len("_total")] if name.endswith("_total") else name
-                    fam: CounterMetricFamily | GaugeMetricFamily = CounterMetricFamily(
-                        base, helptext, labels=labels
-                    )
+                    fam = fams[name] = CounterMetricFamily(base, helptext)
                 else:
-                    fam = GaugeMetricFamily(name, helptext, labels=labels)
-                fams[key] = (fam, labels)
-            fam, _ = fams[key]
-            vals = [self.node, "" if gpu is None else str(gpu), uuid or ""] + ([sub_val] if sub_key else [])
-            fam.add_metric(vals, value * scale)
-        yield from (f for f, _ in fams.values())
-        ev = CounterMetricFamily(
-            "fleettool_events", "Events seen by the agent", labels=["hostname", "kind", "code"]
-        )
+                    fam = fams[name] = GaugeMetricFamily(name, helptext)
+            labels = self._labels(gpu, uuid, inv)
+            sub_key, _, sub_val = sub.partition("=")
+            if sub_key:
+                labels[sub_key] = sub_val
+            # the family's own sample name: a counter's is <name>_total
+            sample = name if isinstance(fam, GaugeMetricFamily) else fam.name + "_total"
+            fam.add_sample(sample, labels, value * scale)
+        yield from fams.values()
+        ev = CounterMetricFamily("fleettool_events", "Events seen by the agent")
         for (kind, code), n in sorted(self.counts().items(), key=lambda kv: (kv[0][0], kv[0][1] or -1)):
-            ev.add_metric([self.node, kind, "" if code is None else str(code)], n)
+            lab = {HOST: self.node, "kind": kind}
+            if code is not None:
+                lab["code"] = str(code)
+            ev.add_sample("fleettool_events_total", lab, n)
         yield ev
         if self.alerts is not None:
-            al = GaugeMetricFamily(
-                "fleettool_alerts",
-                "Open (firing) alerts of this node: 1 per alert",
-                labels=["hostname", "rule", "severity", "category", "action", "gpu"],
-            )
+            al = GaugeMetricFamily("fleettool_alerts", "Open (firing) alerts of this node: 1 per alert")
             for a in self.alerts():
-                al.add_metric(
-                    [
-                        self.node,
-                        str(a["rule"]),
-                        str(a["severity"]),
-                        str(a["category"]),
-                        str(a["action"]),
-                        "" if a.get("gpu") is None else str(a["gpu"]),
-                    ],
-                    1.0,
-                )
+                lab = {HOST: self.node}
+                lab.update({k: str(a[k]) for k in ("rule", "severity", "category", "action")})
+                if a.get("gpu") is not None:
+                    g = int(str(a["gpu"]))
+                    lab.update(gpu_labels(self.node, g, None, inv.get(g)))
+                al.add_sample("fleettool_alerts", lab, 1.0)
             yield al
 
+    def _build_info(self) -> Iterator[Metric]:
+        info = InfoMetricFamily("fleettool_build", "The agent's version and the Python running it")
+        info.add_metric(
+            [],
+            {
+                "version": __version__,
+                "python": platform.python_version(),
+                "implementation": platform.python_implementation(),
+                HOST: self.node,
+            },
+        )
+        yield info
 
-def serve(port: int, addr: str, metrics: AgentMetrics) -> CollectorRegistry:
-    from prometheus_client import start_http_server
+    def _gpu_info(self, inv: Gpus) -> Iterator[Metric]:
+        info = InfoMetricFamily(
+            "fleettool_gpu", "One series per GPU of the node's inventory, with its identity labels"
+        )
+        for gpu in sorted(inv):
+            g = inv[gpu]
+            lab = gpu_labels(self.node, gpu, g.uuid, g)
+            if g.serial:
+                lab["serial"] = g.serial
+            info.add_metric([], lab)
+        yield info
 
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+        pass  # a scrape every few seconds must not fill the agent's log
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a scrape in progress never holds up the agent's exit
+
+
+def app(registry: CollectorRegistry, probes: Mapping[str, Probe]) -> Callable[..., list[bytes]]:
+    """The WSGI app: /metrics, the probe paths, 404 for anything else."""
+    from prometheus_client import make_wsgi_app
+
+    metrics = make_wsgi_app(registry)
+    index = (
+        "fleettool agent " + __version__ + "\n" + "".join(f"{p}\n" for p in ("/metrics", *sorted(probes)))
+    ).encode()
+
+    def route(environ: dict[str, object], start_response: Callable[..., object]) -> list[bytes]:
+        path = str(environ.get("PATH_INFO") or "/")
+        if path == "/metrics":
+            return list(metrics(environ, start_response))
+        if path in probes:
+            ok, why = probes[path]()
+            body = f"{'ok' if ok else 'not ok'}: {why}\n".encode()
+            status = "200 OK" if ok else "503 Service Unavailable"
+        elif path == "/":
+            status, body = "200 OK", index
+        else:
+            status, body = (
+                "404 Not Found",
+                f"no {path} here: try /metrics, {', '.join(sorted(probes))}\n".encode(),
+            )
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Cache-Control", "no-store")])
+        return [body]
+
+    return route
+
+
+def serve(
+    port: int, addr: str, metrics: AgentMetrics, probes: Mapping[str, Probe] | None = None
+) -> WSGIServer:
+    """Bind `addr:port` now (an OSError when it cannot be: the caller names the port) and answer on a daemon
+    thread. Returns the server (`shutdown()` stops it)."""
     reg = CollectorRegistry()
     reg.register(metrics)
-    start_http_server(port, addr=addr, registry=reg)
-    return reg
+    family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0][0]  # "::" is IPv6, "0.0.0.0" IPv4
+    server_cls = type("MetricsServer", (_ThreadingServer,), {"address_family": family})
+    httpd: WSGIServer = make_server(addr, port, app(reg, probes or {}), server_cls, handler_class=_Quiet)
+    threading.Thread(target=httpd.serve_forever, name="metrics-server", daemon=True).start()
+    return httpd

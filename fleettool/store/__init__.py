@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fleettool.store.errors import NotFleettool, StoreCorrupt, StoreError, StoreLocked, precheck
+from fleettool.store.errors import NoSuchStore, NotFleettool, StoreCorrupt, StoreError, StoreLocked, precheck
 
 if TYPE_CHECKING:
     from fleettool.store.db import Store
 
-__all__ = ["Store", "StoreError", "StoreLocked", "StoreCorrupt", "NotFleettool", "precheck"]
+__all__ = ["Store", "StoreError", "StoreLocked", "StoreCorrupt", "NotFleettool", "NoSuchStore", "precheck"]
 
 
 def __getattr__(name: str) -> Any:

@@ -14,6 +14,11 @@ class StoreLocked(StoreError):
     """Another process holds the database file."""
 
 
+class NoSuchStore(StoreError):
+    """The path given as the database does not exist (or, for a new store, its directory does not): bad input,
+    as any missing path is, not a database that failed to open."""
+
+
 class StoreCorrupt(StoreError):
     """The file is not a DuckDB database this version can read."""
 
@@ -33,10 +38,10 @@ def precheck(path: str, *, read_only: bool, create: bool = True) -> None:
         raise NotFleettool(f"{path}: is a directory, not a database file")
     if not p.exists():
         if read_only or not create:
-            raise StoreError(f"{path}: no such database")
+            raise NoSuchStore(f"{path}: no such database")
         if not p.parent.is_dir():
             what = "is not a directory" if p.parent.exists() else "does not exist"
-            raise StoreError(
+            raise NoSuchStore(
                 f"{path}: cannot create the database: {p.parent} {what} (fleettool does not create directories)"
             )
         return
