@@ -257,9 +257,6 @@ def test_every_query_runs_against_a_real_prometheus_scraping_a_real_agent(tmp_pa
         assert empty == [], f"queries over series the agent served that returned nothing: {empty}"
 
         # the labels the dashboard groups and filters by are on the agent's series
-        if "hostname" in served.get("fleettool_gpus", set()) and "Hostname" not in served["fleettool_gpus"]:
-            # issue-17 merge gate: the agent's series take dcgm-exporter's label names with the agent's change
-            pytest.skip("this agent labels its series `hostname`; the dashboard uses `Hostname` (issue 17)")
         for title, ref, expr in queries():
             names, labels = selected(expr)
             for name in names & set(served):
