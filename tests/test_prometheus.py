@@ -2,7 +2,8 @@
 stand-in dcgm-exporter serving a real dcgm-exporter scrape (fixtures/samples/dcgm-exporter); the series come
 back through Prometheus's HTTP API and join with dcgm-exporter's on its labels; the exported alerting rules load
 in that server; and `promtool check metrics` finds nothing on the agent's /metrics but the one style note that
-dcgm-exporter's own `modelName` label earns."""
+dcgm-exporter's own `modelName` label earns; and an injected XID 79 on a node with no XID yet is a firing alert in
+ALERTS within two evaluation intervals."""
 
 from __future__ import annotations
 
@@ -236,3 +237,124 @@ def test_prometheus_scrapes_the_agent_and_loads_the_rules(tmp_path: Path) -> Non
                     p.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     p.kill()
+
+
+class _Stack:
+    """A fake-source agent on loopback, and a real Prometheus scraping it every second with the exported rules."""
+
+    def __init__(self, tmp_path: Path, inject: str, eval_s: int = 1) -> None:
+        assert PROM and PROMTOOL, "prometheus/promtool are required in CI"
+        self.tmp = tmp_path
+        self.eval_s = eval_s
+        self.mport, self.pport = _port(), _port()
+        exe = shutil.which("fleettool")
+        self.base = [exe] if exe else [sys.executable, "-m", "fleettool"]
+        self.api = f"http://127.0.0.1:{self.pport}/api/v1"
+        self.procs: list[subprocess.Popen] = []  # type: ignore[type-arg]
+        self.inject = inject
+
+    def __enter__(self) -> _Stack:
+        self.procs.append(
+            subprocess.Popen(
+                [
+                    *self.base,
+                    "agent",
+                    "--source",
+                    "fake",
+                    "--gpus",
+                    "4",
+                    "--inject",
+                    self.inject,
+                    "--db",
+                    str(self.tmp / "a.duckdb"),
+                    "--metrics-port",
+                    str(self.mport),
+                    "--metrics-addr",
+                    "127.0.0.1",
+                    "--flush",
+                    "2s",
+                    "--duration",
+                    "90s",
+                    "--kmsg",
+                    "off",
+                    "--dcgm-exporter",
+                    "off",
+                    "--quiet",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        self.body = _wait(lambda: _get(f"http://127.0.0.1:{self.mport}/metrics"), 30, "the agent's /metrics")
+        self.rules = self.tmp / "rules.yml"
+        r = subprocess.run(
+            [*self.base, "rules", "export", "--prometheus", "-o", str(self.rules)],
+            capture_output=True,
+            text=True,
+        )
+        assert r.returncode == 0, r.stderr
+        cfg = self.tmp / "prometheus.yml"
+        cfg.write_text(
+            f"global:\n  scrape_interval: 1s\n  evaluation_interval: {self.eval_s}s\n"
+            f"rule_files: ['{self.rules}']\n"
+            f"scrape_configs:\n  - job_name: fleettool\n    static_configs:\n"
+            f"      - targets: ['127.0.0.1:{self.mport}']\n"
+        )
+        self.procs.append(
+            subprocess.Popen(
+                [
+                    PROM,  # type: ignore[list-item]
+                    f"--config.file={cfg}",
+                    f"--storage.tsdb.path={self.tmp / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{self.pport}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in reversed(self.procs):
+            p.terminate()
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+    def query(self, q: str) -> list:  # type: ignore[type-arg]
+        return list(json.loads(_get(f"{self.api}/query?query={urllib.parse.quote(q)}"))["data"]["result"])
+
+
+def test_an_injected_xid_79_fires_within_two_evaluations(tmp_path: Path) -> None:
+    """A node's first XID, end to end: the agent has been scraped for a while with no XID counter, then XID 79
+    arrives (its counter appears at 1). The exported rule's alert is in ALERTS, firing, within two evaluation
+    intervals of the counter's first sample."""
+    ev = 2
+    with _Stack(tmp_path, "xid:79@gpu=3,after=15", eval_s=ev) as st:
+        xid = 'fleettool_events_total{kind="xid",code="79"}'
+        alert = 'ALERTS{alertname="GpuXidCriticalRebootNodeGpulost",alertstate="firing"}'
+        _wait(lambda: st.query(alert), 60, "the XID 79 alert in ALERTS")
+        (ctr,) = st.query(f"{xid}[5m]")
+        (fired,) = st.query(f"{alert}[5m]")
+        (up,) = st.query('up{job="fleettool"}[5m]')
+        t_xid = float(ctr["values"][0][0])
+        t_alert = float(fired["values"][0][0])
+        assert float(up["values"][0][0]) < t_xid - 5, (
+            "the agent was scraped before the XID (a node with none yet)"
+        )
+        assert ctr["values"][0][1] == "1"  # the counter appears at 1: increase() alone would not fire
+        assert 0 <= t_alert - t_xid <= 2 * ev, (t_xid, t_alert)
+        print(f"XID 79 counter at {t_xid}, alert firing at {t_alert}: {t_alert - t_xid:.1f} s")
+        assert fired["metric"]["code"] == "79" and fired["metric"]["severity"] == "critical"
+        (a,) = [
+            a
+            for a in json.loads(_get(f"{st.api}/alerts"))["data"]["alerts"]
+            if a["labels"]["alertname"] == "GpuXidCriticalRebootNodeGpulost"
+        ]
+        node = a["labels"].get("Hostname") or a["labels"].get("hostname")
+        assert node, a["labels"]
+        assert a["annotations"]["summary"].endswith(": XID 79"), a["annotations"]
+        assert a["annotations"]["runbook_url"] == (
+            "https://github.com/fleettool/fleettool/blob/main/runbooks/gpu-xid.md"
+        )

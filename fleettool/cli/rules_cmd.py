@@ -11,7 +11,7 @@ import typer
 from fleettool.cli.common import DEFAULT_DB, die, open_store
 from fleettool.cli.exit_codes import ExitCode
 from fleettool.cli.options import DbOpt, FormatOpt, JsonOpt, RulesOpt
-from fleettool.cli.output import emit
+from fleettool.cli.output import emit, print_json
 
 if TYPE_CHECKING:
     from fleettool.engine.rules import Rule
@@ -76,11 +76,14 @@ def list_rules(rules: RulesOpt = None, json_out: JsonOpt = False, fmt: FormatOpt
 
 
 @rules_app.command()
-def check(rules: RulesOpt = None) -> None:
+def check(rules: RulesOpt = None, json_out: JsonOpt = False) -> None:
     """Lint the rules: schema, unique names, known metrics, a runbook for every rule and a rule for every
     runbook, every rule covered by a test with a must-not-fire case. Exit 1 on any problem.
 
-    Example: fleettool rules check
+    --json prints one object: {"rules": number of rules, "problems": [one line per problem, naming the file and
+    rule], "ok": true when there are none}.
+
+    Example: fleettool rules check --json
     """
     from fleettool.engine.rules import check_rules
     from fleettool.engine.ruletest import builtin_test_files, coverage
@@ -89,9 +92,12 @@ def check(rules: RulesOpt = None) -> None:
     problems = check_rules(rs)
     if rules is None:
         problems += coverage(rs, builtin_test_files())
-    for p in problems:
-        print(p)
-    print(f"{len(rs)} rules, {len(problems)} problems", file=sys.stderr)
+    if json_out:
+        print_json({"rules": len(rs), "problems": problems, "ok": not problems})
+    else:
+        for p in problems:
+            print(p)
+        print(f"{len(rs)} rules, {len(problems)} problems", file=sys.stderr)
     if problems:
         raise typer.Exit(int(ExitCode.FAILURE))
 
@@ -102,12 +108,19 @@ def test(
         list[Path] | None, typer.Argument(help="test files (default: the built-in rules/tests)")
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    json_out: JsonOpt = False,
 ) -> None:
     """Run rule unit tests written in promtool's format (input_series, alert_rule_test, exp_alerts; empty
     exp_alerts = must not fire), extended with input_events, input_nccl_runs and recorded input_files.
 
+    --json prints one object: {"total", "passed", "failed": counts of expectations; "results": [{"file", "test"
+    (index in the file), "alertname", "eval_time" (seconds), "ok", "message"}]; "unreadable": [{"file",
+    "error"}] for files that are not rule tests (then the exit is 3)}.
+
     Example: fleettool rules test rules/tests/thermal.test.yaml
     """
+    import yaml
+
     from fleettool.engine.rules import RuleError
     from fleettool.engine.ruletest import builtin_test_files, run_test_file
 
@@ -117,27 +130,69 @@ def test(
             what = "is a directory (give the test files)" if p.is_dir() else "no such file"
             raise die(f"{p}: {what}", ExitCode.BAD_INPUT)
     failed = 0
-    unreadable = 0
     total = 0
+    unreadable: list[dict[str, str]] = []
+    rows: list[dict[str, object]] = []
     for p in paths:  # one bad file does not stop the others; it is named, and the exit is 3
         try:
             results = run_test_file(p)
-        except (RuleError, OSError, KeyError, ValueError, TypeError, AttributeError) as e:
-            print(f"fleettool: {p}: not a rule test file: {' '.join(str(e).split())}", file=sys.stderr)
-            unreadable += 1
+        except (RuleError, OSError, KeyError, ValueError, TypeError, AttributeError, yaml.YAMLError) as e:
+            why = " ".join(str(e).split())
+            print(f"fleettool: {p}: not a rule test file: {why}", file=sys.stderr)
+            unreadable.append({"file": str(p), "error": why})
             continue
         for r in results:
             total += 1
+            failed += not r.ok
+            rows.append(
+                {
+                    "file": str(p),
+                    "test": r.test,
+                    "alertname": r.alertname,
+                    "eval_time": r.eval_time,
+                    "ok": r.ok,
+                    "message": r.message,
+                }
+            )
+            if json_out:
+                continue
             if not r.ok:
-                failed += 1
                 print(f"FAIL {p.name} test {r.test} {r.alertname} @ {r.eval_time:g}s: {r.message}")
             elif verbose:
                 print(f"ok   {p.name} test {r.test} {r.alertname} @ {r.eval_time:g}s")
+    if json_out:
+        print_json(
+            {
+                "total": total,
+                "passed": total - failed,
+                "failed": failed,
+                "results": rows,
+                "unreadable": unreadable,
+            }
+        )
     if unreadable:
         raise typer.Exit(int(ExitCode.BAD_INPUT))
-    print(f"{total - failed}/{total} rule tests passed", file=sys.stderr)
+    if not json_out:
+        print(f"{total - failed}/{total} rule tests passed", file=sys.stderr)
     if failed:
         raise typer.Exit(int(ExitCode.FAILURE))
+
+
+def _names(value: str) -> str:
+    from fleettool.engine.kinds._promql import NAME_SETS
+
+    if value not in NAME_SETS:
+        raise typer.BadParameter(f"{value!r} is not a name set (one of {', '.join(NAME_SETS)})")
+    return value
+
+
+def _url(value: str) -> str:
+    from urllib.parse import urlparse
+
+    u = urlparse(value)
+    if u.scheme not in ("http", "https") or not u.netloc:
+        raise typer.BadParameter(f"{value!r} is not an absolute http(s) URL")
+    return value
 
 
 @rules_app.command()
@@ -147,23 +202,95 @@ def export(
     ] = True,
     rules: RulesOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="write here instead of stdout")] = None,
+    names: Annotated[
+        str,
+        typer.Option(
+            "--names",
+            callback=_names,
+            help="the series the rules read: fleettool (the agent's /metrics) or dcgm (dcgm-exporter's DCGM_FI_*, "
+            "for a fleet that runs dcgm-exporter alone)",
+        ),
+    ] = "fleettool",
+    runbook_base: Annotated[
+        str,
+        typer.Option("--runbook-base", callback=_url, help="URL the runbook links start with (absolute)"),
+    ] = "https://github.com/fleettool/fleettool/blob/main/runbooks/",
+    tests: Annotated[
+        Path | None,
+        typer.Option(
+            "--tests",
+            help="also write promtool unit tests of the rules into this directory (from the rule tests: the "
+            "built-in rules/tests, or --test-source); run them with promtool test rules DIR/*.test.yaml",
+        ),
+    ] = None,
+    test_source: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--test-source", help="rule test files or directories for --tests (default: the built-in)"
+        ),
+    ] = None,
 ) -> None:
-    """Write the rules PromQL can express as Prometheus alerting rules over the agent's /metrics names.
+    """Write the rules PromQL can express as Prometheus alerting rules, over the agent's /metrics names or
+    dcgm-exporter's. The rules it cannot express are listed, with the reason, at the top of the file and in a
+    note on stderr (the exit stays 0).
 
-    Example: fleettool rules export --prometheus -o fleettool-rules.yml
+    --tests DIR writes, beside them, the rule tests as promtool's own test files (DIR/*.test.yaml over
+    DIR/rules-under-test.yml, the same rules with each {{ $value }} of the annotations read VALUE), and
+    DIR/NOT-EXPRESSIBLE.txt: the cases PromQL cannot express, each with the reason.
+
+    Example: fleettool rules export --prometheus --names dcgm -o dcgm-rules.yml --tests promtool-tests/
     """
-    from fleettool.engine.promql import export_prometheus
+    from fleettool.engine.promql import build
 
-    text, skipped = export_prometheus(_load(rules))
+    rs = _load(rules)
+    ex = build(rs, names, runbook_base)
     if out:
         try:
-            out.write_text(text)
+            out.write_text(ex.text)
         except OSError as e:
             raise die(f"{out}: cannot write: {e.strerror or e}", ExitCode.BAD_INPUT) from None
     else:
-        sys.stdout.write(text)
-    if skipped:
-        print(f"fleettool: not expressible in PromQL: {', '.join(skipped)}", file=sys.stderr)
+        sys.stdout.write(ex.text)
+    if ex.skipped:
+        print(
+            f"note: {len(ex.skipped)} rules have no PromQL form over the {names} names (fleettool evaluates them; "
+            f"the file's header says why): {', '.join(a for a, _ in ex.skipped)}",
+            file=sys.stderr,
+        )
+    if tests is not None:
+        _write_tests(rs, names, runbook_base, tests, test_source)
+
+
+def _write_tests(
+    rs: list[Rule], names: str, runbook_base: str, out: Path, sources: list[Path] | None
+) -> None:
+    import yaml
+
+    from fleettool.engine.promtool_tests import generate
+    from fleettool.engine.rules import RuleError
+    from fleettool.engine.ruletest import builtin_test_files
+
+    files: list[Path] = []
+    for p in sources or []:
+        if not p.exists():
+            raise die(f"{p}: no such file or directory (--test-source)", ExitCode.BAD_INPUT)
+        files += sorted(p.glob("*.test.y*ml")) if p.is_dir() else [p]
+    if sources is not None and not files:
+        raise die(f"no rule test files (*.test.yaml) in {', '.join(map(str, sources))}", ExitCode.BAD_INPUT)
+    try:
+        gen = generate(rs, files or builtin_test_files(), names, runbook_base)
+        gen.write(out)
+    except (RuleError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError) as e:
+        raise die(
+            f"--test-source: not a rule test file: {' '.join(str(e).split())}", ExitCode.BAD_INPUT
+        ) from None
+    except OSError as e:
+        raise die(f"{out}: cannot write: {e.strerror or e}", ExitCode.BAD_INPUT) from None
+    print(
+        f"note: {gen.cases} promtool cases in {out} (promtool test rules {out}/*.test.yaml); {len(gen.gaps)} cases "
+        f"of the rule tests PromQL cannot express are listed in {out}/NOT-EXPRESSIBLE.txt",
+        file=sys.stderr,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -1,74 +1,134 @@
-"""Export rules as Prometheus alerting rules over the agent's /metrics names (fleettool_<metric>{hostname, gpu}).
+"""Export rules as Prometheus alerting rules, over the agent's /metrics names or over dcgm-exporter's own.
 
-Each kind says its own PromQL form (engine/kinds/<kind>.py): threshold, increase, rate, trend, node-scope peer,
-and XIDs as counters per class of the catalog policy. Rules with no PromQL form (NCCL localisation, SQL, absent
-series, fleet-scope peers, other events) are listed as skipped: fleettool evaluates them itself.
+Each kind says its own PromQL form (engine/kinds/<kind>.py) over a name set (kinds/_promql.py): threshold,
+increase, rate, trend, node-scope peer, and events as counters (XIDs one rule per class of the catalog policy).
+A rule with no PromQL form over the chosen names (NCCL localisation, SQL, absent series, fleet-scope peers, events
+judged by their line, a metric dcgm-exporter does not have) is listed with the reason: fleettool evaluates it.
+
+Annotations: `summary` is the rule's own, its placeholders read from the alert's labels (node -> Hostname, key ->
+the sub-key's label: link, collector) and value; a placeholder only fleettool knows (a duration, an XID's text) is
+dropped with the words that introduce it. `runbook_url` is the runbook's absolute URL under a configurable base.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from fleettool.engine.kinds import KINDS
-from fleettool.engine.kinds._promql import dur
-from fleettool.engine.rules import Rule
+from fleettool.engine.kinds._promql import NAME_SETS, NotExpressible, PromAlert, dur
+from fleettool.engine.rules import Rule, kebab
+
+# the project's runbooks (README: the image is ghcr.io/fleettool/fleettool; its home is github.com/fleettool)
+DEFAULT_RUNBOOK_BASE = "https://github.com/fleettool/fleettool/blob/main/runbooks/"
+NAME_SET_TEXT = {
+    "fleettool": "the agent's /metrics (fleettool_*, base units; node label Hostname)",
+    "dcgm": "dcgm-exporter's DCGM_FI_* series (labels Hostname, gpu, UUID, device, modelName, pci_bus_id)",
+}
 
 
-def promql_of(r: Rule) -> str | list[dict[str, Any]] | None:
-    """The rule's PromQL form: one expression, complete Prometheus rules, or None (not expressible)."""
+@dataclass
+class Exported:
+    """One Prometheus alerting rule, and the fleettool rule it comes from."""
+
+    rule: Rule
+    alert: PromAlert
+    item: dict[str, Any]
+
+
+@dataclass
+class Export:
+    names: str
+    exported: list[Exported] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (rule, why it has no PromQL form here)
+    text: str = ""
+
+    def reason(self, alert: str) -> str | None:
+        return next((why for a, why in self.skipped if a == alert), None)
+
+
+def promql_of(r: Rule, names: str = "fleettool") -> list[PromAlert]:
+    """The rule's Prometheus alerting rules over a name set; raises NotExpressible saying why there are none."""
     kind = KINDS[r.kind]
-    return kind.promql(r) if kind.promql is not None else None
+    if kind.promql is None:
+        raise NotExpressible(kind.no_promql)
+    form = kind.promql(r, NAME_SETS[names])
+    return form if isinstance(form, list) else [form]
 
 
-def _alerting_rule(r: Rule, expr: str) -> dict[str, Any]:
-    item: dict[str, Any] = {"alert": r.alert, "expr": expr}
-    if r.for_s:
-        item["for"] = dur(r.for_s)
-    if r.keep_s:
-        item["keep_firing_for"] = dur(r.keep_s)
-    item["labels"] = {
-        "severity": r.severity.value,
-        "category": r.category.value,
-        "action": r.action.value,
-    }
-    item["annotations"] = {
-        "summary": _summary(r.summary),
-        "runbook_url": r.runbook,
-    }
-    return item
+def runbook_url(r: Rule, base: str = DEFAULT_RUNBOOK_BASE) -> str:
+    return f"{base.rstrip('/')}/{kebab(r.alert)}.md"
 
 
-def export_prometheus(rules: list[Rule]) -> tuple[str, list[str]]:
-    """Prometheus rule file text, and the names of the rules it could not express."""
+def build(rules: list[Rule], names: str = "fleettool", runbook_base: str = DEFAULT_RUNBOOK_BASE) -> Export:
+    """The rules over one name set ("fleettool" or "dcgm"), as Prometheus rule file text and as data."""
+    if names not in NAME_SETS:
+        raise ValueError(f"unknown name set {names!r} (one of {', '.join(NAME_SETS)})")
+    ex = Export(names)
     groups: dict[str, list[dict[str, Any]]] = {}
-    skipped: list[str] = []
     for r in rules:
-        form = promql_of(r)
-        if form is None:
-            skipped.append(r.alert)
-        elif isinstance(form, str):
-            groups.setdefault(r.group, []).append(_alerting_rule(r, form))
-        else:
-            groups.setdefault(r.group, []).extend(form)
+        try:
+            forms = promql_of(r, names)
+        except NotExpressible as e:
+            ex.skipped.append((r.alert, str(e)))
+            continue
+        for a in forms:
+            item: dict[str, Any] = {"alert": a.name or r.alert, "expr": a.expr}
+            if r.for_s:
+                item["for"] = dur(r.for_s)
+            if r.keep_s:
+                item["keep_firing_for"] = dur(r.keep_s)
+            item["labels"] = a.labels or {
+                "severity": r.severity.value,
+                "category": r.category.value,
+                "action": r.action.value,
+            }
+            item["annotations"] = {
+                "summary": summary(r.summary or r.alert, a.fills),
+                "runbook_url": runbook_url(r, runbook_base),
+            }
+            groups.setdefault(r.group, []).append(item)
+            ex.exported.append(Exported(r, a, item))
     doc = {"groups": [{"name": f"fleettool-{g}", "rules": rs} for g, rs in groups.items()]}
-    head = "# Generated by `fleettool rules export --prometheus`; do not edit (edit rules/*.yaml instead).\n"
-    if skipped:
-        head += "# Not expressible in PromQL (evaluated by fleettool itself): " + ", ".join(skipped) + "\n"
-    return head + yaml.safe_dump(doc, sort_keys=False, width=120), skipped
+    flag = "" if names == "fleettool" else f" --names {names}"
+    head = f"# Generated by `fleettool rules export --prometheus{flag}`; do not edit (edit rules/*.yaml instead).\n"
+    if ex.skipped:
+        head += "# Not expressible in PromQL over these names (fleettool evaluates them): "
+        head += ", ".join(a for a, _ in ex.skipped) + "\n"
+        head += "".join(f"#   {a}: {why}\n" for a, why in ex.skipped)
+    head += f"# Over {NAME_SET_TEXT[names]}.\n"
+    ex.text = head + yaml.safe_dump(doc, sort_keys=False, width=120)
+    return ex
 
 
-def _summary(tpl: str) -> str:
-    """fleettool's {node}/{gpu}/{value} placeholders -> Prometheus template variables; the ones only fleettool
-    knows (durations, peaks, projections) are dropped with the words that introduce them."""
-    s = (
-        tpl.replace("{node}", "{{ $labels.hostname }}")
-        .replace("{gpu}", "{{ $labels.gpu }}")
-        .replace("{value}", "{{ $value }}")
-        .replace("{key}", "")
-    )
-    s = re.sub(r"\s*(for|since|in about|x)\s*\{[a-z_]+\}", "", s)
-    s = re.sub(r"\s*\([^()]*\{[a-z_]+\}[^()]*\)", "", s)
-    return re.sub(r"\{[a-z_]+\}", "", s).strip()
+def export_prometheus(
+    rules: list[Rule], names: str = "fleettool", runbook_base: str = DEFAULT_RUNBOOK_BASE
+) -> tuple[str, list[str]]:
+    """Prometheus rule file text, and the names of the rules it could not express."""
+    ex = build(rules, names, runbook_base)
+    return ex.text, [a for a, _ in ex.skipped]
+
+
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+
+
+def summary(tpl: str, fills: dict[str, str]) -> str:
+    """A rule's summary as a Prometheus template: each placeholder the alert can fill becomes its template text;
+    one it cannot is dropped with the words that introduce it ("for {duration}", "x{count}", ": {message}",
+    a parenthesis around it; "GPU {gpu} on {node}" reads "a GPU on {node}" when the series has no gpu label)."""
+    s = tpl
+    for p in dict.fromkeys(_PLACEHOLDER.findall(tpl)):
+        if p in fills:
+            continue
+        ph = re.escape("{" + p + "}")
+        s = re.sub(rf"\bGPU {ph} on ", "a GPU on ", s)
+        s = re.sub(rf"\s*\([^()]*{ph}[^()]*\)", "", s)
+        s = re.sub(rf",?\s*\b(?:for|since|in about)\s+{ph}", "", s)
+        s = re.sub(rf"\s*\bx{ph}", "", s)
+        s = re.sub(rf":\s*{ph}", "", s)
+        s = re.sub(rf"\s*{ph}", "", s)
+    s = _PLACEHOLDER.sub(lambda m: fills.get(m.group(1), m.group(0)), s).strip()
+    return s[:1].upper() + s[1:] if s.startswith("a GPU") else s

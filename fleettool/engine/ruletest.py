@@ -5,10 +5,10 @@
     tests:
       - interval: 30s
         input_series:
-          - series: 'fleettool_clock_event_reasons{hostname="n1", gpu="2"}'
+          - series: 'fleettool_clock_event_reasons{Hostname="n1", gpu="2"}'
             values: '4x10 104x10 4x10'      # promtool's expanding notation: a+bxN, _ (missing), stale
         input_events:                        # fleettool extension: kernel-log events
-          - {at: 5m, hostname: n1, gpu: 2, kind: xid, code: 48}
+          - {at: 5m, Hostname: n1, gpu: 2, kind: xid, code: 48}
         input_nccl_runs:                     # fleettool extension: nccl-tests runs
           - {at: 1m, nodes: [a, b], busbw: 470}
         input_files: [../../fixtures/scenarios/thermal-throttle]   # fleettool extension: recorded inputs
@@ -16,13 +16,14 @@
           - eval_time: 10m
             alertname: GpuThermalSlowdown
             exp_alerts:                      # empty: the rule must not fire
-              - exp_labels: {hostname: n1, gpu: "2", severity: warning, category: thermal, action: inspect-hardware}
+              - exp_labels: {Hostname: n1, gpu: "2", severity: warning, category: thermal, action: inspect-hardware}
 
+The node label is `Hostname`, as on the agent's /metrics and dcgm-exporter's (`hostname` is read too in inputs).
 Time starts at 0 (1970-01-01) like promtool's. An alert is expected when it is firing at eval_time: a duration
 from 0, or (fleettool extension, for input_files whose names carry their time) an ISO time such as
-2026-11-30T00:20:00Z. The same
-file runs under the real `promtool test rules` against the exported Prometheus rules for the rules PromQL can
-express (tests/test_rules.py), which keeps both engines honest.
+2026-11-30T00:20:00Z. engine/promtool_tests.py turns the same cases into promtool's own test files over the
+exported Prometheus rules, in both name sets, listing each case PromQL cannot express and why; the test suite runs
+them with the real `promtool test rules` (tests/test_promtool_rules.py), which keeps both engines honest.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def expand_values(spec: str) -> list[float | None]:
     return out
 
 
-def _metric_of(name: str) -> tuple[str, float] | None:
+def metric_of(name: str) -> tuple[str, float] | None:
     """A series name -> (canonical metric, factor to multiply values by) for the agent's /metrics names (base
     units), fleettool's recording names and DCGM_FI_* names."""
     if name.startswith(OWN_PREFIX):
@@ -102,7 +103,7 @@ def load_case_inputs(store: Store, case: dict[str, Any], base: Path) -> None:
     samples: list[Sample] = []
     for s in case.get("input_series") or []:
         name, labels = parse_series(s["series"])
-        mm = _metric_of(name)
+        mm = metric_of(name)
         if mm is None:
             raise RuleError(f"unknown series name {name!r}")
         metric, factor = mm
@@ -122,7 +123,7 @@ def load_case_inputs(store: Store, case: dict[str, Any], base: Path) -> None:
         evs.append(
             Event(
                 ts=parse_duration(e.get("at", 0), "at"),
-                node=str(e.get("hostname", "node")),
+                node=str(e.get("Hostname", e.get("hostname", "node"))),
                 kind=str(e.get("kind", "xid")),
                 message=str(e.get("message", "")),
                 gpu=e.get("gpu"),
@@ -172,7 +173,7 @@ def firing_at(findings: list[Finding], t: float) -> list[Finding]:
 
 def labels_of(f: Finding) -> dict[str, str]:
     lab = {
-        "hostname": f.node,
+        "Hostname": f.node,
         "severity": f.severity.value,
         "category": f.category.value,
         "action": f.action.value,

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from fleettool.engine.kinds._promql import Names, PromAlert
 from fleettool.model import Action, Category, Severity
 from fleettool.store import Store
 
@@ -49,9 +50,9 @@ class Verdict:
 
 
 Evaluate = Callable[[Store, RuleLike, float, float], KindResult]
-# a PromQL form: the expression of one alerting rule named after the rule, or complete Prometheus rules (the
-# kind names them), or None when this rule has no PromQL form
-PromQL = str | list[dict[str, Any]] | None
+# a rule's PromQL form over one name set: one alerting rule (named after the rule), or several (the kind names
+# them); a kind raises _promql.NotExpressible, saying why, for a rule it cannot write over that name set
+PromQL = PromAlert | list[PromAlert]
 # (rule, first_seen, last_seen, the entity's extra, the verdict to adjust)
 Refine = Callable[[RuleLike, float, float, dict[str, Any], Verdict], None]
 
@@ -65,7 +66,7 @@ class Kind:
     name: str
     fields: frozenset[str]
     evaluate: Evaluate
-    promql: Callable[[RuleLike], PromQL] | None = None
+    promql: Callable[[RuleLike, Names], PromQL] | None = None
     no_promql: str = ""
     requires: tuple[str, ...] = ()
     durations: frozenset[str] = frozenset()

@@ -16,7 +16,17 @@ import json
 from typing import Any
 
 from fleettool.engine.kinds._base import Kind, KindResult, RuleLike, Verdict
-from fleettool.engine.kinds._promql import dur
+from fleettool.engine.kinds._promql import (
+    EVENT_WINDOW,
+    GPU_ON,
+    LABEL,
+    Names,
+    NotExpressible,
+    PromAlert,
+    fills,
+    first_appearance,
+    in_codes,
+)
 from fleettool.engine.kinds._sql import epoch, read, ts_param
 from fleettool.model import Action, Severity
 from fleettool.store import Store
@@ -123,30 +133,92 @@ def _escalation(
     return None
 
 
-def promql(r: RuleLike) -> list[dict[str, Any]] | None:
-    """XIDs from fleettool_events_total{kind="xid", code}: one rule per (severity, action, category) class of
-    the catalog policy. Other event kinds, and XIDs of chosen codes, have no counter on /metrics."""
-    if r.p("events") != ["xid"]:
-        return None
-    classes: dict[tuple[str, str, str], list[int]] = {}
-    for code in sorted(catalog()):
+def class_alert(alert: str, j: Judgement) -> str:
+    """The Prometheus name of one XID class: GpuXid + CriticalRebootNodeGpulost."""
+    act = "".join(w.capitalize() for w in j.action.value.split("-"))
+    return f"{alert}{j.severity.value.capitalize()}{act}{j.category.value.replace('-', '').capitalize()}"
+
+
+def xid_classes(r: RuleLike) -> list[tuple[Judgement, list[int], bool]]:
+    """The catalog policy's classes: (a judgement of the class, its codes, whether codes outside the catalog
+    fall in it too), in a stable order. Judged by code alone: what a counter or a gauge of codes can carry."""
+    want = {int(c) for c in r.p("codes") or []}
+    classes: dict[tuple[str, str, str], tuple[Judgement, list[int]]] = {}
+
+    def key(j: Judgement) -> tuple[str, str, str]:
+        return j.severity.value, j.action.value, j.category.value
+
+    for code in sorted(want or set(catalog())):
         j = judge(code)
-        classes.setdefault((j.severity.value, j.action.value, j.category.value), []).append(code)
-    out = []
-    for (sev, act, cat), codes in sorted(classes.items()):
-        name = f"{r.alert}{sev.capitalize()}{''.join(w.capitalize() for w in act.split('-'))}{cat.replace('-', '').capitalize()}"
-        out.append(
-            {
-                "alert": name,
-                "expr": f'increase(fleettool_events_total{{kind="xid",code=~"{"|".join(map(str, codes))}"}}[10m]) > 0',
-                "keep_firing_for": dur(r.keep_s or 3600),
-                "labels": {"severity": sev, "category": cat, "action": act},
-                "annotations": {
-                    "summary": "XID {{ $labels.code }} on {{ $labels.hostname }}",
-                    "runbook_url": r.runbook,
-                },
-            }
+        classes.setdefault(key(j), (j, []))[1].append(code)
+    # with every code: the codes a newer driver adds go where the policy puts a code it does not know
+    unknown = None if want else key(judge(-1))
+    if unknown is not None and unknown not in classes:
+        classes[unknown] = (judge(-1), [])
+    return [(j, cs, k == unknown) for k, (j, cs) in sorted(classes.items())]
+
+
+def promql(r: RuleLike, names: Names) -> list[PromAlert] | PromAlert:
+    """Event lines as series: on fleettool's names, `fleettool_events_total{Hostname, kind, code}`, a counter the
+    agent creates at a node's first line of a kind and code; on dcgm-exporter's, the last XID of each GPU
+    (DCGM_FI_DEV_XID_ERRORS), the only event it exports. XIDs judged by the catalog policy are one rule per class
+    (severity, action, category), judged by the code: what the line adds (an NVLink unit's fatal/non-fatal, XID
+    154's recovery action) and repeats across reboots are judged by fleettool only."""
+    kinds = list(r.p("events") or ["xid"])
+    codes = [int(c) for c in r.p("codes") or []]
+    policy = kinds == ["xid"] and r.p("use_xid_policy", True)
+    if "sxid" in kinds:
+        raise NotExpressible(
+            "an SXid's severity comes from its line (fatal or non-fatal), which a count per code does not carry"
         )
+    if "xid" in kinds and len(kinds) > 1 and r.p("use_xid_policy", True):
+        raise NotExpressible("XIDs judged by the policy mixed with other event kinds in one rule")
+    if names.events is None:
+        if kinds != ["xid"]:
+            raise NotExpressible(
+                f"dcgm-exporter exports no series for {', '.join(kinds)} lines (fleettool reads them from the kernel log)"
+            )
+        return _dcgm_xid(r, names, codes, policy)
+    ev = names.events
+    f = fills(None, value=None, gpu=False)
+    f["code"] = LABEL % "code"
+
+    def fires(sel: str) -> str:
+        return f"increase({sel}[{EVENT_WINDOW}]) > 0 or {first_appearance(sel)}"
+
+    if not policy:
+        code = f',code=~"{"|".join(map(str, codes))}"' if codes else ""
+        return PromAlert(fires(f'{ev}{{kind=~"{"|".join(kinds)}"{code}}}'), f)
+    out = []
+    every = "|".join(map(str, sorted(catalog())))
+    for j, cs, unknown in xid_classes(r):
+        sels = [f'{ev}{{kind="xid",code=~"{"|".join(map(str, cs))}"}}'] if cs else []
+        if unknown:
+            sels.append(f'{ev}{{kind="xid",code!~"{every}"}}')
+        labels = {"severity": j.severity.value, "category": j.category.value, "action": j.action.value}
+        out.append(PromAlert(" or ".join(fires(s) for s in sels), f, class_alert(r.alert, j), labels))
+    return out
+
+
+def _dcgm_xid(r: RuleLike, names: Names, codes: list[int], policy: bool) -> list[PromAlert] | PromAlert:
+    """DCGM_FI_DEV_XID_ERRORS is a gauge of the GPU's last XID code (0 until the first): an XID is a change of
+    the GPU's value. Newer dcgm-exporters add err_code/err_msg labels, so a new code is a new series: the change
+    is taken on the GPU's maximum over its series, which also ignores an exporter restart (a new instance label)
+    and a first scrape. The same code twice in a row, or two XIDs between scrapes, change nothing: fleettool
+    counts every line of the kernel log."""
+    x = names.series("xid_last").sel
+    changed = f"changes((max by ({GPU_ON}) ({x}))[{EVENT_WINDOW}:1m]) > 0"
+    f = fills(None, value=None)
+    f["code"] = "{{ $value }}"
+    if not policy:
+        return PromAlert(f"{in_codes(x, codes) if codes else f'{x} > 0'} and on({GPU_ON}) {changed}", f)
+    top = max(catalog())
+    others = [c for c in range(1, top + 1) if c not in catalog()]
+    out = []
+    for j, cs, unknown in xid_classes(r):
+        sel = in_codes(x, cs + (others if unknown else []), top if unknown else None)
+        labels = {"severity": j.severity.value, "category": j.category.value, "action": j.action.value}
+        out.append(PromAlert(f"{sel} and on({GPU_ON}) {changed}", f, class_alert(r.alert, j), labels))
     return out
 
 

@@ -12,7 +12,7 @@ value); rate is the increase per second, optionally per PCIe lane x generation.
 from __future__ import annotations
 
 from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
-from fleettool.engine.kinds._promql import dur, metric_name, scaled
+from fleettool.engine.kinds._promql import Names, PromAlert, dur, fills, scaled
 from fleettool.engine.kinds._sql import cmp, run_obs_sql, src
 from fleettool.store import Store
 
@@ -58,20 +58,24 @@ def evaluate_rate(store: Store, r: RuleLike, start: float, end: float) -> KindRe
     return _evaluate(store, r, start, end, per_second=True)
 
 
-def _promql(r: RuleLike, fn: str) -> str:
-    m = r.p("metric")
-    e = f"{fn}({metric_name(m)}[{dur(float(r.p('window', 300)))}])"
+def _promql(r: RuleLike, names: Names, fn: str) -> PromAlert:
+    """increase()/rate() over the counter. A GPU's counters (ECC, NVLink, PCIe) appear on /metrics at their running
+    value when the agent starts, so a series that first appears above zero is history, not news, and counts 0, as
+    in the engine; the agent's own counters start at 0. (Event counters, which appear at their first event, are
+    the event kind's.)"""
+    s = names.series(r.p("metric"))
+    e = f"{fn}({s.sel}[{dur(float(r.p('window', 300)))}])"
     if fn == "rate" and r.p("per_lane_gen"):
-        e = f"{e} / ({metric_name('pcie_link_width')} * {metric_name('pcie_link_gen')})"
-    return f"{e} {r.p('op', '>')} {scaled(m, r.p('value', 0))}"
+        e = f"{e} / ({names.series('pcie_link_width').sel} * {names.series('pcie_link_gen').sel})"
+    return PromAlert(f"{e} {r.p('op', '>')} {scaled(s, r.p('value', 0))}", fills(s))
 
 
-def promql_increase(r: RuleLike) -> str:
-    return _promql(r, "increase")
+def promql_increase(r: RuleLike, names: Names) -> PromAlert:
+    return _promql(r, names, "increase")
 
 
-def promql_rate(r: RuleLike) -> str:
-    return _promql(r, "rate")
+def promql_rate(r: RuleLike, names: Names) -> PromAlert:
+    return _promql(r, names, "rate")
 
 
 INCREASE = Kind(

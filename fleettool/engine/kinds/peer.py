@@ -14,7 +14,17 @@ fleet), minute by minute, smoothed over `window`, only while the GPU is loaded (
 from __future__ import annotations
 
 from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
-from fleettool.engine.kinds._promql import dur, metric_name, num, scaled
+from fleettool.engine.kinds._promql import (
+    GPU_ON,
+    NODE,
+    Names,
+    NotExpressible,
+    PromAlert,
+    dur,
+    fills,
+    num,
+    scaled,
+)
 from fleettool.engine.kinds._sql import run_obs_sql, src
 from fleettool.store import Store
 
@@ -75,19 +85,29 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
     return run_obs_sql(store, ctes, select, start, end)
 
 
-def promql(r: RuleLike) -> str | None:
-    """Only `below_fraction` against the node's median: the fleet scope groups GPUs by model and driver from
-    the store's inventory, which /metrics does not carry."""
-    if r.p("scope", "node") != "node" or r.p("below_fraction") is None:
-        return None
-    x = metric_name(r.p("metric"))
-    sm = f"avg_over_time({x}[{dur(float(r.p('window', 300)))}])"
-    frac = 1 - float(r.p("below_fraction"))
-    e = f"{sm} < on(hostname) group_left {num(frac)} * quantile by (hostname) (0.5, {sm})"
+def promql(r: RuleLike, names: Names) -> PromAlert:
+    """Node scope: the GPU's smoothed value over its node's median, so the alert's value is the ratio the engine
+    reports; with at least `min_peers` GPUs reporting on the node, and only while loaded."""
+    if r.p("scope", "node") != "node":
+        raise NotExpressible(
+            "a fleet-scope peer groups GPUs by model and driver from the store's inventory (evaluated by fleettool)"
+        )
+    s = names.series(r.p("metric"))
+    sm = f"avg_over_time({s.sel}[{dur(float(r.p('window', 300)))}])"
+    ratio = f"{sm} / on({NODE}) group_left quantile by ({NODE}) (0.5, {sm})"
+    conds = []
+    if r.p("below_fraction") is not None:
+        conds.append(f"{ratio} < {num(1 - float(r.p('below_fraction')))}")
+    if r.p("above_fraction") is not None:
+        conds.append(f"{ratio} > {num(1 + float(r.p('above_fraction')))}")
+    if not conds:
+        raise NotExpressible("neither below_fraction nor above_fraction: the rule never fires")
+    e = " or ".join(f"({c})" for c in conds) if len(conds) > 1 else conds[0]
+    e = f"({e}) and on({NODE}) count by ({NODE}) ({sm}) >= {int(r.p('min_peers', 4))}"
     if r.p("when_metric"):
-        wm = r.p("when_metric")
-        e = f"({e}) and on(hostname, gpu) {metric_name(wm)} >= {scaled(wm, r.p('when_min', 0))}"
-    return e
+        w = names.series(r.p("when_metric"))
+        e = f"({e}) and on({GPU_ON}) {w.sel} >= {scaled(w, r.p('when_min', 0))}"
+    return PromAlert(e, fills(s, value="{{ $value | humanizePercentage }}"))
 
 
 KIND = Kind(

@@ -8,7 +8,7 @@ bitmask_any: 0x60            # or: op: ">", value: 85   or: op: ">", than_metric
 from __future__ import annotations
 
 from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
-from fleettool.engine.kinds._promql import bits, metric_name, scaled
+from fleettool.engine.kinds._promql import Names, PromAlert, bits, fills, scaled
 from fleettool.engine.kinds._sql import cmp, run_obs_sql, src
 from fleettool.store import Store
 
@@ -39,18 +39,21 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
     return run_obs_sql(store, ctes, select, start, end)
 
 
-def promql(r: RuleLike) -> str:
-    m = r.p("metric")
-    x = metric_name(m)
+def promql(r: RuleLike, names: Names) -> PromAlert:
+    """The alert's value is the metric's: for a bitmask rule, the reasons bitmask (in decimal: Prometheus's
+    templates cannot print a number in hex)."""
+    s = names.series(r.p("metric"))
     op = r.p("op", ">")
     if r.p("bitmask_any") is not None:
-        return bits(x, int(r.p("bitmask_any")))
+        f = fills(s)
+        f["value_hex"] = "{{ $value }}"
+        return PromAlert(f"{s.sel} and {bits(s.sel, int(r.p('bitmask_any')))}", f)
     if r.p("than_metric"):
         off = float(r.p("value", 0))
-        other = metric_name(r.p("than_metric"))
-        rhs = other if off == 0 else f"({other} + {scaled(m, off)})"
-        return f"{x} {op} {rhs}"
-    return f"{x} {op} {scaled(m, r.p('value', 0))}"
+        o = names.series(r.p("than_metric"))
+        rhs = o.sel if off == 0 else f"({o.sel} + {scaled(s, off)})"
+        return PromAlert(f"{s.sel} {op} {rhs}", fills(s))
+    return PromAlert(f"{s.sel} {op} {scaled(s, r.p('value', 0))}", fills(s))
 
 
 KIND = Kind(

@@ -15,7 +15,7 @@ seconds until `capacity` is reached, and the finding turns critical when that is
 from __future__ import annotations
 
 from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
-from fleettool.engine.kinds._promql import dur, metric_name, scaled
+from fleettool.engine.kinds._promql import Names, PromAlert, dur, fills, num, scaled
 from fleettool.engine.kinds._sql import run_obs_sql, src
 from fleettool.store import Store
 
@@ -50,11 +50,20 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
     return res
 
 
-def promql(r: RuleLike) -> str:
-    m = r.p("metric")
-    x = metric_name(m)
+def promql(r: RuleLike, names: Names) -> PromAlert:
+    """The alert's value is the projected time to capacity in seconds, as in the engine (deriv() is the
+    least-squares slope over the window; the engine's is over hourly maxima)."""
+    s = names.series(r.p("metric"))
     w = dur(float(r.p("window", 7 * 86400)))
-    return f"increase({x}[{w}]) >= {scaled(m, r.p('min_increase', 3))} and deriv({x}[{w}]) > 0"
+    slope = f"deriv({s.sel}[{w}])"
+    tte = f"({scaled(s, r.p('capacity', 512))} - {s.sel}) / {slope}"
+    if r.p("horizon") is not None:
+        tte += f" <= {num(r.p('horizon'))}"
+    f = fills(s, value=None)
+    f["exhaustion"] = "{{ $value | humanizeDuration }}"
+    return PromAlert(
+        f"{tte} and increase({s.sel}[{w}]) >= {scaled(s, r.p('min_increase', 3))} and {slope} > 0", f
+    )
 
 
 KIND = Kind(
