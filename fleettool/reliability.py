@@ -143,6 +143,29 @@ def _from_csv(path: Path, text: str) -> tuple[pl.DataFrame, float | None]:
     return df.with_columns(pl.col("end").fill_null(last)), None
 
 
+def fault_rows(df: pl.DataFrame) -> list[dict[str, Any]]:
+    """Faults (times in days) as the CSV this module reads: node, start, end (ISO 8601 UTC, a log's relative days
+    counted from 1970-01-01), category, subcategory. `read_incidents` of them gives the same faults back."""
+    import datetime as dt
+
+    def iso(days: float | None) -> str:
+        if days is None:
+            return ""
+        t = dt.datetime.fromtimestamp(round(days * 86400.0, 3), tz=dt.timezone.utc)
+        return t.isoformat(timespec="milliseconds" if t.microsecond else "seconds").replace("+00:00", "Z")
+
+    return [
+        {
+            "node": r["node"],
+            "start": iso(r["start"]),
+            "end": iso(r["end"]),
+            "category": r["category"],
+            "subcategory": r["sub"],
+        }
+        for r in df.iter_rows(named=True)
+    ]
+
+
 def islands(df: pl.DataFrame) -> pl.DataFrame:
     """Each node's faults with overlapping (or touching) ones merged: node, start, end, one row per island."""
     if df.is_empty():

@@ -57,8 +57,9 @@ def terminal(rep: dict[str, Any], width: int = 100, color: bool = False) -> str:
         if title.startswith("faults per week"):
             plt.bar(list(range(1, len(values) + 1)), values, width=1 / 2)
             plt.xlabel("week")
-        else:
-            plt.bar(labels, values, orientation="horizontal", width=1 / 2)
+        else:  # plotext draws the first bar at the bottom: reversed, the chart reads top-down as the HTML does
+            named = [f"{lab} ({v:g})" for lab, v in zip(labels, values, strict=True)]
+            plt.bar(named[::-1], values[::-1], orientation="horizontal", width=1 / 2)
         plt.title(title)
         plt.plotsize(width, max(8, min(20, len(values) + 4)) if not title.startswith("faults") else 14)
         text = plt.build()

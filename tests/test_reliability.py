@@ -84,6 +84,7 @@ def test_cli_json_html_and_exit_codes(tmp_path: Path) -> None:
     rep = json.loads(r.stdout)
     keys = {"faults", "servers", "servers_affected", "span_days", "mtbf_days", "availability", "by_class"}
     assert keys | {"repeat_offenders", "repair_days", "mtbi_hist"} <= set(rep)
+    assert f"wrote {page}" in r.stderr
     text = page.read_text()
     assert text.startswith("<!doctype html>") and text.count("<svg") == 4 and "<script" not in text
     plain = run_cli(*args)
@@ -93,6 +94,11 @@ def test_cli_json_html_and_exit_codes(tmp_path: Path) -> None:
         and "repeat offenders" in plain.stdout
         and "\x1b[" not in plain.stdout
     )
+    # the offenders read top-down, worst first, each with its count (as in the HTML)
+    bars = [
+        ln.split("┤")[0].strip() for ln in plain.stdout.split("repeat offenders")[1].splitlines() if "┤" in ln
+    ]
+    assert bars[0] == "e7b02619 (14)" and bars[-1].endswith("(7)") and len(bars) == 10
     assert run_cli("report", "--incidents", str(TRACE / "fault_trace.json")).returncode == 2  # no --servers
     assert run_cli("report", "--incidents", str(tmp_path / "none.json"), "--servers", "4").returncode == 3
     (tmp_path / "g.csv").write_text("garbage\n")
@@ -116,7 +122,27 @@ def test_report_and_node_take_format_csv(tmp_path: Path) -> None:
     assert (
         r.returncode == 0
         and len(faults) == 584
-        and set(faults[0]) == {"node", "start", "end", "category", "sub"}
+        and list(faults[0]) == ["node", "start", "end", "category", "subcategory"]
+        and faults[0]["start"].endswith("Z")
+    )
+    # the CSV is an incident log: read back, the same faults, repair times and classes (the span is the CSV's
+    # own, first start to last time, so MTBF and availability move with it)
+    back_csv = tmp_path / "faults.csv"
+    back_csv.write_text(r.stdout)
+    again, trace = read_incidents(back_csv)[0], read_incidents(TRACE / "fault_trace.json")[0]
+    assert again.height == trace.height == 584
+    assert again["node"].to_list() == trace["node"].to_list()
+    assert max(abs(a - b) for a, b in zip(again["start"], trace["start"], strict=True)) < 1e-7
+    assert max(abs(a - b) for a, b in zip(again["end"], trace["end"], strict=True)) < 1e-7
+    assert again["sub"].to_list() == trace["sub"].to_list()
+    r2 = run_cli("report", "--incidents", str(back_csv), "--servers", "400", "--json")
+    assert (
+        json.loads(r2.stdout)["by_class"]
+        == json.loads(
+            run_cli(
+                "report", "--incidents", str(TRACE / "fault_trace.json"), "--servers", "400", "--json"
+            ).stdout
+        )["by_class"]
     )
     db = tmp_path / "s.duckdb"
     from tests.conftest import SCENARIOS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -139,7 +140,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Fleet statistics: availability per node and fleet, MTBF, incidents by category, and the interruption
         timeline (overlapping incidents of a node merged). With --incidents FILE --servers N: a reliability
-        report of an incident log (MTBF, availability, classes, repeat offenders, repair times) with charts.
+        report of an incident log (MTBF, availability, classes, repeat offenders, repair times) with charts;
+        with --format csv, the log's faults as a CSV it reads back (times ISO 8601 UTC; the trace's relative days
+        counted from 1970-01-01).
 
         Example: fleettool report --incidents fault_trace.json --servers 400 --html report.html
         """
@@ -192,8 +195,8 @@ def register(app: typer.Typer) -> None:
 def _incident_report(
     path: Path, servers: int | None, json_out: bool, html_out: Path | None, fmt: str = "table"
 ) -> None:
-    from fleettool.reliability import IncidentLogError, TooFewServers, read_incidents, summarize
-    from fleettool.reliability_plots import page, terminal
+    from fleettool.reliability import IncidentLogError, TooFewServers, fault_rows, read_incidents, summarize
+    from fleettool.reliability_plots import charts, page, terminal
 
     if servers is None:
         raise die("--incidents needs --servers N: a log names only the servers that failed", ExitCode.USAGE)
@@ -212,11 +215,12 @@ def _incident_report(
         raise die(str(e), ExitCode.USAGE) from None
     if html_out is not None:
         html_out.write_text(page(rep, f"fleet reliability: {path.name}"), encoding="utf-8")
+        print(f"fleettool: wrote {html_out} (the figures and {len(charts(rep))} charts)", file=sys.stderr)
     if json_out:
         print_json(rep)
         return
-    if fmt in ("csv", "parquet"):  # the faults themselves (days), for analysis elsewhere
-        emit(df.to_dicts(), [], as_json=False, fmt=fmt)
+    if fmt in ("csv", "parquet"):  # the faults themselves, in the CSV form --incidents reads back
+        emit(fault_rows(df), [], as_json=False, fmt=fmt)
         return
     ro, rd = rep["repeat_offenders"], rep["repair_days"]
     share = f"{ro['top_10pct_share']:.1%}" if ro["top_10pct_share"] is not None else "-"
