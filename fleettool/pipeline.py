@@ -30,7 +30,18 @@ from fleettool.store import Store
 from fleettool.store.alerts import list_alerts
 
 # what replay lists of each alert (text and --json)
-REPLAY_ALERT_FIELDS = ("severity", "category", "node", "gpu", "action", "state", "summary", "runbook")
+REPLAY_ALERT_FIELDS = (
+    "severity",
+    "category",
+    "node",
+    "gpu",
+    "action",
+    "state",
+    "first_seen",
+    "last_seen",
+    "summary",
+    "runbook",
+)
 # what the agent keeps of its node's firing alerts, for /metrics
 AGENT_ALERT_FIELDS = ("rule", "severity", "category", "action", "gpu")
 

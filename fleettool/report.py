@@ -127,7 +127,8 @@ def render_text(summaries: list[GpuSummary]) -> str:
     for s in summaries:
         span = ""
         if s.t_first is not None:
-            span = f"{s.t_first:%Y-%m-%d %H:%M:%S} .. {s.t_last:%H:%M:%S}"
+            same_day = s.t_last is None or s.t_last.date() == s.t_first.date()
+            span = f"{s.t_first:%Y-%m-%d %H:%M:%S} .. {s.t_last:{'%H:%M:%S' if same_day else '%Y-%m-%d %H:%M:%S'}}Z"
         head = f"{s.node} gpu {s.gpu} {s.model or ''} {s.uuid or ''}".rstrip()
         lines.append(head)
         figs = []

@@ -124,6 +124,29 @@ def test_cli_and_report(tmp_path: Path) -> None:
     assert rep["fleet"]["incidents_by_category"] == {"gpu-lost": 1}
 
 
+def test_node_names_what_it_does_not_know_and_a_store_it_creates(tmp_path: Path) -> None:
+    db = tmp_path / "n.duckdb"
+    assert run_cli("replay", str(SCENARIOS / "gpu-fell-off-bus"), "--db", str(db), "-q").returncode == 0
+    typo = run_cli("node", "gpu-12", "--db", str(db))
+    assert (
+        typo.returncode == 3
+        and f"gpu-12: not in {db}" in typo.stderr
+        and "nodes it has: gpu-21" in typo.stderr
+    )
+    seen = run_cli("node", "gpu-21", "--db", str(db))
+    assert seen.returncode == 0 and seen.stdout.startswith("gpu-21: lifecycle healthy (never moved)")
+    assert "1 alert firing: GpuFellOffTheBus (critical)" in seen.stdout
+    only = run_cli("alerts", "--db", str(db), "--node", "gpu-21", "--json")
+    assert [a["node"] for a in json.loads(only.stdout)] == ["gpu-21"]
+    assert json.loads(run_cli("alerts", "--db", str(db), "--node", "gpu-2", "--json").stdout) == []
+    new = run_cli("node", "gpu-12", "cordon", "--db", str(db), "-m", "rack move")
+    assert new.returncode == 0 and "gpu-12 is new to" in new.stderr
+    assert "Z  healthy -> cordoned" in new.stdout  # ISO time with its zone, no microseconds
+    fresh = tmp_path / "fresh.duckdb"
+    made = run_cli("node", "gpu-12", "cordon", "--db", str(fresh), "-m", "x")
+    assert made.returncode == 0 and f"{fresh} did not exist: created a new store there" in made.stderr
+
+
 def test_warnings_never_count_as_down_time_and_a_resolve_by_hand_ends_nothing_later(tmp_path: Path) -> None:
     db = tmp_path / "w.duckdb"
     for sc in ("thermal-throttle", "gpu-fell-off-bus"):

@@ -172,6 +172,25 @@ def test_demo_still_shows_its_alerts() -> None:
     r = run_cli("demo")
     assert r.returncode == 0, r.stderr
     assert "thermal" in r.stdout and "runbook: runbooks/" in r.stdout
+    # each alert says whether it still fires, and when (the thermal slowdown ended inside the recording)
+    assert (
+        "resolved: 2026-11-30 00:18:00Z to 00:31:00Z; runbook: runbooks/gpu-thermal-slowdown.md" in r.stdout
+    )
+
+
+def test_replay_alerts_carry_their_state_and_times(tmp_path: Path) -> None:
+    import json
+
+    db = tmp_path / "s.duckdb"
+    r = run_cli("replay", str(SCENARIOS / "gpu-fell-off-bus"), "--db", str(db))
+    assert "firing since 2026-11-30 00:30:00Z (last seen 01:00:00Z)" in r.stdout
+    j = run_cli("replay", str(SCENARIOS / "gpu-fell-off-bus"), "--db", str(db), "--json")
+    (a,) = json.loads(j.stdout)["alerts"]
+    assert (a["state"], a["first_seen"], a["last_seen"]) == (
+        "firing",
+        "2026-11-30T00:30:00Z",
+        "2026-11-30T01:00:00Z",
+    )
 
 
 def test_a_replay_that_stores_nothing_leaves_no_database_behind(tmp_path: Path) -> None:

@@ -32,6 +32,13 @@ if TYPE_CHECKING:
 TORCHLESS = frozenset(s.name for s in STEPS if not s.needs_torch)
 
 
+TORCH_MISSING = "torch is not installed (pip install 'fleettool[burnin]')"
+TORCH_MISSING_CPU = (  # PyPI's default Linux wheel is the CUDA build, several GB a CPU-only machine never uses
+    "torch is not installed (a machine without a GPU: pip install torch --index-url "
+    "https://download.pytorch.org/whl/cpu, then pip install 'fleettool[burnin]')"
+)
+
+
 def _import_torch() -> Any:
     import torch
 
@@ -63,7 +70,7 @@ def run_burnin(
                 None,
                 t,
                 Verdict.INCONCLUSIVE,
-                reason="torch is not installed (pip install 'fleettool[burnin]')",
+                reason=TORCH_MISSING_CPU if cfg.backend == "cpu" else TORCH_MISSING,
             )
             for t in tests
             if t not in TORCHLESS

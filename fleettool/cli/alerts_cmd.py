@@ -35,6 +35,7 @@ def alerts(
         str | None, typer.Option(help=f"only alerts in this state ({', '.join(ALERT_STATES)})")
     ] = None,
     hide_silenced: Annotated[bool, typer.Option("--hide-silenced", help="leave out silenced alerts")] = False,
+    node: Annotated[str | None, typer.Option(help="only this node's alerts")] = None,
 ) -> None:
     """List alerts, firing first, then worst and newest first, with their silences and acknowledgements.
 
@@ -48,7 +49,11 @@ def alerts(
         )
     with open_store(db, read_only=True) as store:
         rows = list_alerts(
-            store, state=state or None, include_silenced=not hide_silenced, order=AlertOrder.TRIAGE
+            store,
+            state=state or None,
+            node=node,
+            include_silenced=not hide_silenced,
+            order=AlertOrder.TRIAGE,
         )
     emit(
         [with_iso(r, "first_seen", "last_seen", "ack_until") for r in rows],

@@ -71,7 +71,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def burnin(
         ctx: typer.Context,
-        node: Annotated[str, typer.Option(help="the node to prove (this host runs here; others need --via)")],
+        node: Annotated[
+            str, typer.Option(help="the node to prove (default: this host, run here; others need --via)")
+        ] = "",
         via: Annotated[
             str, typer.Option(help="local, ssh, slurm (srun -w NODE) or k8s (a Job pinned to NODE)")
         ] = "",
@@ -126,6 +128,10 @@ def register(app: typer.Typer) -> None:
         from fleettool.burnin.report import save, to_dict
         from fleettool.burnin.verdict import exit_code
 
+        if not node:
+            if via not in ("", "local"):
+                raise die(f"--via {via} needs --node: the node to prove", ExitCode.USAGE)
+            node = hostname()
         try:
             dispatch.validate_node(node)
         except ValueError as e:
@@ -215,7 +221,7 @@ def register(app: typer.Typer) -> None:
             if rep is None:
                 return
             if not no_store:
-                with open_store(db, read_only=False) as store:
+                with open_store(db, read_only=False, say_created=True) as store:
                     save(store, rep)
             if mode == "k8s" and cordon and exit_code(rep.results) == 0:
                 dispatch.cordon(node, False)
@@ -246,7 +252,7 @@ def _with_store(cfg: Any, db: Path, no_store: bool, prog: Any) -> Any:
 
     if no_store:
         return run_burnin(cfg, None, prog)
-    with open_store(db, read_only=False) as store:
+    with open_store(db, read_only=False, say_created=True) as store:
         return run_burnin(cfg, store, prog)
 
 

@@ -51,11 +51,17 @@ def store_exit(err: Exception) -> typer.Exit:
 
 
 @contextmanager
-def open_store(path: Path, *, read_only: bool, create: bool = True) -> Iterator[Store]:
+def open_store(
+    path: Path, *, read_only: bool, create: bool = True, say_created: bool = False
+) -> Iterator[Store]:
     """The store for one command. A reader never creates the file; create=False for a writer that needs an
-    existing store (an ack needs its alert). I/O errors while the command works on it (disk full, the file
-    vanished) are exit 6; any other DuckDB error is a bug and reaches the internal-error handler."""
+    existing store (an ack needs its alert); say_created for a writer whose new store a user may not expect
+    (a lifecycle move, a burn-in: a note on stderr names the file). I/O errors while the command works on it
+    (disk full, the file vanished) are exit 6; any other DuckDB error is a bug and reaches the internal-error
+    handler."""
     from fleettool.store.errors import StoreError, precheck
+
+    new = not read_only and create and not path.exists()
 
     try:
         precheck(
@@ -71,6 +77,8 @@ def open_store(path: Path, *, read_only: bool, create: bool = True) -> Iterator[
         store = Store(path, read_only=read_only, create=create)
     except StoreError as e:
         raise store_exit(e) from None
+    if new and say_created:
+        print(f"fleettool: note: {path} did not exist: created a new store there", file=sys.stderr)
     try:
         yield store
     except (duckdb.IOException, duckdb.PermissionException, duckdb.OutOfMemoryException) as e:

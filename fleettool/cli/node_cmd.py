@@ -13,7 +13,7 @@ import typer
 from fleettool.cli.common import DEFAULT_DB, die, open_store
 from fleettool.cli.exit_codes import ExitCode
 from fleettool.cli.options import DbOpt, FleetInsteadOpt, FormatOpt, JsonOpt, ReasonOpt, WhoOpt
-from fleettool.cli.output import emit, print_json, print_table
+from fleettool.cli.output import emit, iso, print_json, print_table, with_iso
 
 VERBS = {
     "status": None,
@@ -68,7 +68,18 @@ def register(app: typer.Typer) -> None:
             validate_node(name)
         except ValueError as e:
             raise die(str(e), ExitCode.USAGE) from None
-        with open_store(db, read_only=VERBS[action] is None) as store:
+        from fleettool.store.nodes import known_nodes, node_known
+
+        with open_store(db, read_only=VERBS[action] is None, say_created=True) as store:
+            if not node_known(store, name):
+                if VERBS[action] is None:
+                    known = known_nodes(store)
+                    raise die(
+                        f"{name}: not in {db} (no telemetry, events, alerts, burn-ins or lifecycle moves); "
+                        + (f"nodes it has: {', '.join(known)}" if known else "the store has no nodes yet"),
+                        ExitCode.BAD_INPUT,
+                    )
+                print(f"fleettool: note: {name} is new to {db}: its lifecycle starts here", file=sys.stderr)
             if VERBS[action] is not None:
                 try:
                     transition(
@@ -88,16 +99,19 @@ def register(app: typer.Typer) -> None:
                     raise die(str(e), ExitCode.FAILURE) from None
             st = current(store, name)
             trail = audit(store, name)
+            from fleettool.store.alerts import list_alerts
+
+            firing = list_alerts(store, state="firing", node=name)
         out = {
             "node": name,
             "state": st.state,
-            "since": str(st.since) if st.since else None,
+            "since": iso(st.since),
             "who": st.who,
             "reason": st.reason,
-            "audit": [{k: (str(v) if k == "ts" else v) for k, v in r.items()} for r in trail],
+            "audit": [with_iso(r, "ts") for r in trail],
         }
         if fmt in ("csv", "parquet"):  # the audit trail, one row per move
-            moves = [{k: (str(v) if k == "ts" else v) for k, v in r.items()} for r in trail]
+            moves = [with_iso(r, "ts") for r in trail]
             emit(
                 moves,
                 ["ts", "from_state", "to_state", "who", "reason", "side_effects"],
@@ -107,10 +121,18 @@ def register(app: typer.Typer) -> None:
         elif json_out or fmt == "json":
             print_json(out)
         else:
-            print(f"{name}: {st.state}" + (f" since {st.since} ({st.who}: {st.reason})" if st.since else ""))
+            since = f" since {iso(st.since)} ({st.who}: {st.reason})" if st.since else " (never moved)"
+            print(f"{name}: lifecycle {st.state}{since}")
+            if firing:
+                worst = ", ".join(f"{a['rule']} ({a['severity']})" for a in firing[:5])
+                more = f" and {len(firing) - 5} more" if len(firing) > 5 else ""
+                print(
+                    f"  {len(firing)} alert{'s' if len(firing) != 1 else ''} firing: {worst}{more} "
+                    f"(fleettool alerts --db {db} --node {name})"
+                )
             for r in trail:
                 print(
-                    f"  {r['ts']}  {r['from_state']} -> {r['to_state']}  {r['who']}: {r['reason']}"
+                    f"  {iso(r['ts'])}  {r['from_state']} -> {r['to_state']}  {r['who']}: {r['reason']}"
                     + (f"  [{r['side_effects']}]" if r["side_effects"] else "")
                 )
 

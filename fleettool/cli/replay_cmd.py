@@ -20,6 +20,7 @@ import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, open_store, parse_size_option
 from fleettool.cli.exit_codes import ExitCode
+from fleettool.cli.output import with_iso
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "data" / "demo"
 
@@ -162,7 +163,7 @@ def _replay_into(
                 }
                 for s in summaries
             ],
-            "alerts": alerts,
+            "alerts": [with_iso(a, "first_seen", "last_seen") for a in alerts],
         }
         json.dump(out, sys.stdout, indent=1, default=str)
         print()
@@ -200,7 +201,7 @@ def _replay_into(
                     f"  {a['severity']:8s} {a['category']:10s} {a['node']} gpu {gpu}  {a['action']:16s} "
                     f"{a['summary']}"
                 )
-                print(f"  {'':8s} runbook: {a['runbook']}")
+                print(f"  {'':8s} {_when(a)}; runbook: {a['runbook']}")
     if failed and not strict:
         raise typer.Exit(int(ExitCode.BAD_INPUT))  # each failure was named on stderr as it happened
     if strict and (failed or skipped or partial):
@@ -212,6 +213,23 @@ def _replay_into(
             n = len(unsaid) + len(failed)
             raise die(f"--strict: {n} file{'s' if n != 1 else ''} not fully read ({why})", ExitCode.BAD_INPUT)
         raise typer.Exit(int(ExitCode.BAD_INPUT))
+
+
+def _when(a: dict[str, Any]) -> str:
+    """'firing since 2026-11-30 00:30:00Z (last seen 00:31:00Z)', or 'resolved: ... to ...'."""
+    first, last = a.get("first_seen"), a.get("last_seen")
+    if first is None:
+        return str(a["state"])
+    f = f"{first:%Y-%m-%d %H:%M:%S}Z"
+    if last is None or last == first:
+        l_ = ""
+    elif last.date() == first.date():
+        l_ = f"{last:%H:%M:%S}Z"
+    else:
+        l_ = f"{last:%Y-%m-%d %H:%M:%S}Z"
+    if a["state"] == "resolved":
+        return f"resolved: {f}" + (f" to {l_}" if l_ else "")
+    return f"{a['state']} since {f}" + (f" (last seen {l_})" if l_ else "")
 
 
 def _max_bytes(text: str | None) -> int | None:

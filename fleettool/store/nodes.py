@@ -46,6 +46,25 @@ def node_state(store: Store, node: str) -> NodeState | None:
     return NodeState(r["node"], r["state"], r["since"], r["who"], r["reason"])
 
 
+def node_known(store: Store, node: str) -> bool:
+    """Whether the store has anything of the node: a lifecycle move, a GPU, an event, an alert, a burn-in or a
+    sample (the small tables first)."""
+    for table in ("node_states", "gpus", "alerts", "events", "burnin_results", "samples_1m", "samples"):
+        if store.query(f"SELECT 1 FROM {table} WHERE node = ? LIMIT 1", [node]):
+            return True
+    return False
+
+
+def known_nodes(store: Store, limit: int = 10) -> list[str]:
+    """Up to `limit` nodes the store knows (from its inventory, alerts and lifecycle), sorted."""
+    rows = store.query(
+        "SELECT DISTINCT node FROM (SELECT node FROM gpus UNION SELECT node FROM alerts "
+        "UNION SELECT node FROM node_states UNION SELECT node FROM events) ORDER BY node LIMIT ?",
+        [limit],
+    )
+    return [r["node"] for r in rows]
+
+
 def node_states(store: Store) -> dict[str, str]:
     """node -> state of every node that ever moved."""
     return {r["node"]: r["state"] for r in store.query("SELECT node, state FROM node_states")}
