@@ -221,12 +221,11 @@ def test_least_privilege() -> None:
 
 
 # The API calls of each kubectl command the burn-in dispatcher runs (fleettool/burnin/dispatch.py), as
-# (API group, resource, verb). `apply` of a new Job: get (404), create; `wait --for=condition job/N`: get, then a
-# list and watch narrowed to the name; `logs job/N`: get the Job, list its pods, get the pod's log;
-# `cordon`/`uncordon N`: get the node, patch spec.unschedulable.
+# (API group, resource, verb). `create -f -` of a Job: create; `get job/N -o json` (the poll): get; `logs job/N`:
+# get the Job, list its pods, get the pod's log; `cordon`/`uncordon N`: get the node, patch spec.unschedulable.
 KUBECTL_CALLS = {
-    "apply": {("batch", "jobs", "get"), ("batch", "jobs", "create")},
-    "wait": {("batch", "jobs", "get"), ("batch", "jobs", "list"), ("batch", "jobs", "watch")},
+    "create": {("batch", "jobs", "create")},
+    "get": {("batch", "jobs", "get")},
     "logs": {("batch", "jobs", "get"), ("", "pods", "list"), ("", "pods", "get"), ("", "pods/log", "get")},
     "cordon": {("", "nodes", "get"), ("", "nodes", "patch")},
     "uncordon": {("", "nodes", "get"), ("", "nodes", "patch")},
@@ -250,7 +249,8 @@ def kubectl_commands(path: Any) -> set[str]:
 
 def test_burnin_rbac_is_exactly_what_its_kubectl_calls_need() -> None:
     used = kubectl_commands(ROOT / "fleettool" / "burnin" / "dispatch.py") & (
-        set(KUBECTL_CALLS) | {"delete", "patch", "label", "taint", "drain", "exec", "create", "annotate"}
+        set(KUBECTL_CALLS)
+        | {"delete", "patch", "label", "taint", "drain", "exec", "apply", "wait", "annotate"}
     )
     assert used == set(KUBECTL_CALLS), (
         f"dispatch.py runs kubectl {sorted(used)}: update KUBECTL_CALLS and rbac.yaml"

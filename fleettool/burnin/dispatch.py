@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import shlex
 import shutil
 import subprocess
+import time
 from typing import Any
 
 _NODE = re.compile(
@@ -74,9 +76,10 @@ def k8s_job(
     gpus: int = 8,
     name: str | None = None,
 ) -> dict[str, Any]:
-    """A Job pinned to the node, requesting its GPUs, running the burn-in once."""
+    """A Job pinned to the node, requesting its GPUs, running the burn-in once. Its name is new for every run
+    (job_name): a Job of an earlier run, kept an hour for its logs, is never read as this run's result."""
     validate_node(node)
-    jname = name or f"fleettool-burnin-{node.replace('.', '-')}"[:63].rstrip("-")
+    jname = name or job_name(node)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -126,6 +129,26 @@ def k8s_job(
     }
 
 
+def job_name(node: str, now: float | None = None) -> str:
+    """fleettool-burnin-<node>-<unix time, hex><4 random hex>: unique per run, at most 63 characters (a DNS
+    label), sortable by start within a node."""
+    stamp = f"{int(time.time() if now is None else now):08x}{secrets.token_hex(2)}"
+    base = f"fleettool-burnin-{node.lower().replace('.', '-')}"[: 63 - len(stamp) - 1].rstrip("-")
+    return f"{base}-{stamp}"
+
+
+def job_outcome(status: dict[str, Any]) -> str | None:
+    """'Complete' or 'Failed' once a Job has finished (its conditions, else its pod counts), None while it runs."""
+    for c in status.get("conditions") or []:
+        if c.get("type") in ("Complete", "Failed") and str(c.get("status")) == "True":
+            return str(c["type"])
+    if status.get("succeeded"):
+        return "Complete"
+    if status.get("failed"):
+        return "Failed"
+    return None
+
+
 def run_argv(argv: list[str], timeout_s: float) -> dict[str, Any]:
     """Run a remote burn-in command and return its JSON report."""
     try:
@@ -143,26 +166,39 @@ def run_argv(argv: list[str], timeout_s: float) -> dict[str, Any]:
         ) from None
 
 
-def run_k8s(job: dict[str, Any], timeout_s: float, kubectl: str = "kubectl") -> dict[str, Any]:
+def run_k8s(
+    job: dict[str, Any], timeout_s: float, kubectl: str = "kubectl", poll_s: float = 2.0
+) -> dict[str, Any]:
+    """Create the Job (never apply: a name taken is an error, not an old run's result), poll it until it has
+    finished, then read the burn-in's JSON from its logs. A burn-in that FAILs exits 1 and its Job is Failed:
+    its report is read all the same; a Job with no report, or still running at the timeout, is a DispatchError
+    naming it."""
     ns = job["metadata"]["namespace"]
     name = job["metadata"]["name"]
-    subprocess.run(
-        [kubectl, "apply", "-f", "-"], input=json.dumps(job), text=True, check=True, capture_output=True
+    made = subprocess.run(
+        [kubectl, "create", "-f", "-"], input=json.dumps(job), text=True, capture_output=True
     )
-    subprocess.run(
-        [
-            kubectl,
-            "-n",
-            ns,
-            "wait",
-            "--for=condition=complete",
-            "--for=condition=failed",
-            f"job/{name}",
-            f"--timeout={int(timeout_s)}s",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    if made.returncode != 0:
+        why = (made.stderr or made.stdout).strip().splitlines()[-1:] or [f"exit {made.returncode}"]
+        raise DispatchError(f"kubectl create job/{name} in {ns}: {why[0]}")
+    deadline = time.monotonic() + timeout_s
+    outcome = None
+    while outcome is None:
+        got = subprocess.run(
+            [kubectl, "-n", ns, "get", f"job/{name}", "-o", "json"], capture_output=True, text=True
+        )
+        if got.returncode == 0:
+            try:
+                outcome = job_outcome(dict(json.loads(got.stdout).get("status") or {}))
+            except json.JSONDecodeError:
+                outcome = None
+        if outcome is None:
+            if time.monotonic() >= deadline:
+                raise DispatchError(
+                    f"job/{name} in {ns} has not finished after {timeout_s:g}s "
+                    f"(kubectl -n {ns} describe job/{name}); it is left to run"
+                )
+            time.sleep(poll_s)
     return run_argv([kubectl, "-n", ns, "logs", f"job/{name}"], 120)
 
 

@@ -72,8 +72,9 @@ def register(app: typer.Typer) -> None:
     def burnin(
         ctx: typer.Context,
         node: Annotated[
-            str, typer.Option(help="the node to prove (default: this host, run here; others need --via)")
-        ] = "",
+            str | None,
+            typer.Option(help="the node to prove (default: this host, run here; others need --via)"),
+        ] = None,
         via: Annotated[
             str, typer.Option(help="local, ssh, slurm (srun -w NODE) or k8s (a Job pinned to NODE)")
         ] = "",
@@ -128,7 +129,7 @@ def register(app: typer.Typer) -> None:
         from fleettool.burnin.report import save, to_dict
         from fleettool.burnin.verdict import exit_code
 
-        if not node:
+        if node is None:
             if via not in ("", "local"):
                 raise die(f"--via {via} needs --node: the node to prove", ExitCode.USAGE)
             node = hostname()
