@@ -333,6 +333,26 @@ def test_export_writes_promtool_tests_users_can_run(tmp_path: Path) -> None:
     assert bare(copy) == bare(real)
 
 
+@needs_promtool
+def test_the_node_label_can_be_dcgm_exporters_newer_hostname(tmp_path: Path) -> None:
+    """dcgm-exporter renamed its node label Hostname -> hostname (commit d5e5f51, #655, May 2026): rules and
+    their promtool tests over `--node-label hostname` carry no Hostname and still pass every case."""
+    out = tmp_path / "pt"
+    args = ("rules", "export", "--names", "dcgm", "--node-label", "hostname", "-o", str(tmp_path / "r.yml"))
+    r = run_cli(*args, "--tests", str(out))
+    assert r.returncode == 0, r.stderr
+    text = (tmp_path / "r.yml").read_text()
+    assert "Hostname" not in text and "{{ $labels.hostname }}" in text and "--node-label hostname" in text
+    exprs = [x["expr"] for g in yaml.safe_load(text)["groups"] for x in g["rules"]]
+    assert any(re.search(r"\b(by|on) \([^)]*\bhostname\b", e) for e in exprs)
+    files = sorted(p.name for p in out.glob("*.test.yaml"))
+    assert all("Hostname" not in (out / f).read_text() for f in [*files, RULES_COPY])
+    res = _promtool("test", "rules", *files, cwd=out)
+    assert res.returncode == 0 and res.stdout.count("SUCCESS") == len(files), res.stdout[-4000:]
+    bad = run_cli("rules", "export", "--node-label", "host-name")
+    assert bad.returncode == 2 and "not a Prometheus label name" in bad.stderr
+
+
 def test_export_tests_from_a_test_source_that_is_not_a_test_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.test.yaml"
     bad.write_text(

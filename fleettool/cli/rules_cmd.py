@@ -215,6 +215,14 @@ def export(
         str,
         typer.Option("--runbook-base", callback=_url, help="URL the runbook links start with (absolute)"),
     ] = "https://github.com/fleettool/fleettool/blob/main/runbooks/",
+    node_label: Annotated[
+        str,
+        typer.Option(
+            "--node-label",
+            help="the label that names the node: Hostname (the agent's /metrics; dcgm-exporter before its "
+            "May 2026 rename), hostname (dcgm-exporter since), or what your relabelling uses",
+        ),
+    ] = "Hostname",
     tests: Annotated[
         Path | None,
         typer.Option(
@@ -240,10 +248,12 @@ def export(
 
     Example: fleettool rules export --prometheus --names dcgm -o dcgm-rules.yml --tests promtool-tests/
     """
-    from fleettool.engine.promql import build
+    from fleettool.engine.promql import LABEL_NAME, build
 
+    if not LABEL_NAME.fullmatch(node_label):
+        raise die(f"--node-label {node_label!r}: not a Prometheus label name", ExitCode.USAGE)
     rs = _load(rules)
-    ex = build(rs, names, runbook_base)
+    ex = build(rs, names, runbook_base, node_label)
     if out:
         try:
             out.write_text(ex.text)
@@ -258,11 +268,16 @@ def export(
             file=sys.stderr,
         )
     if tests is not None:
-        _write_tests(rs, names, runbook_base, tests, test_source)
+        _write_tests(rs, names, runbook_base, tests, test_source, node_label)
 
 
 def _write_tests(
-    rs: list[Rule], names: str, runbook_base: str, out: Path, sources: list[Path] | None
+    rs: list[Rule],
+    names: str,
+    runbook_base: str,
+    out: Path,
+    sources: list[Path] | None,
+    node_label: str = "Hostname",
 ) -> None:
     import yaml
 
@@ -279,7 +294,7 @@ def _write_tests(
         raise die(f"no rule test files (*.test.yaml) in {', '.join(map(str, sources))}", ExitCode.BAD_INPUT)
     try:
         gen = generate(rs, files or builtin_test_files(), names, runbook_base)
-        gen.write(out)
+        gen.write(out, node_label)
     except (RuleError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError) as e:
         raise die(
             f"--test-source: not a rule test file: {' '.join(str(e).split())}", ExitCode.BAD_INPUT
