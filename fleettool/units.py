@@ -55,6 +55,23 @@ def parse_duration(value: str | float | int) -> float:
     return secs
 
 
+def human_duration(secs: float | None) -> str:
+    """Seconds for a person: '45s', '12m', '3.2h', '36.4d' (one unit, the largest that keeps the figure >= 1;
+    days past a week too, since MTBFs and outages are read in days). None -> '-'."""
+    if secs is None:
+        return "-"
+    s = abs(float(secs))
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("m", 60.0)):
+        if s >= size:
+            v = s / size
+            return (
+                f"{'-' if secs < 0 else ''}{v:.1f}{unit}"
+                if v < 10
+                else f"{'-' if secs < 0 else ''}{v:.0f}{unit}"
+            )
+    return f"{secs:.0f}s"
+
+
 def parse_size(text: str | int) -> int:
     """'512M', '2GiB', '8g', '65536' -> bytes (an int >= 0). '' and '12X' are errors."""
     if isinstance(text, bool):

@@ -207,3 +207,16 @@ def test_a_replay_that_stores_nothing_leaves_no_database_behind(tmp_path: Path) 
     assert run_cli("replay", str(empty), "--db", str(kept)).returncode == 3
     out = run_cli("alerts", "--db", str(kept), "--json")
     assert out.returncode == 0 and any(a["node"] == "gpu-21" for a in json.loads(out.stdout))
+
+
+def test_a_plain_dmesg_names_the_gpu_by_its_pci_id_when_no_index_is_known(tmp_path: Path) -> None:
+    """`dmesg > dmesg.txt` on a node: uptime stamps, no host, no GPU index; the alert still says which GPU."""
+    log = tmp_path / "dmesg.txt"
+    log.write_text(
+        "[ 1234.567890] NVRM: Xid (PCI:0000:18:00): 79, pid=0, name=python, GPU has fallen off the bus.\n"
+        "[ 1240.000001] NVRM: Xid (PCI:0000:18:00): 13, pid=1234, name=python, Graphics SM Warp Exception\n"
+    )
+    r = run_cli("replay", str(log), "--db", str(tmp_path / "d.duckdb"))
+    assert r.returncode == 0, r.stderr
+    assert "GPU at 0000:18:00 on unknown: XID 79" in r.stdout and "GPU - on" not in r.stdout
+    assert "no host name in the file: stored as node 'unknown' (give --node)" in r.stdout

@@ -103,3 +103,23 @@ def test_bad_iso(text: str) -> None:
 def test_duration_parts_add_up(n: int, unit: str) -> None:
     one = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}[unit]
     assert parse_duration(f"{n}{unit}1s") == pytest.approx(n * one + 1)
+
+
+@pytest.mark.parametrize(
+    ("secs", "text"),
+    [
+        (0, "0s"),
+        (45, "45s"),
+        (60, "1.0m"),
+        (125, "2.1m"),
+        (3600, "1.0h"),
+        (9.5 * 86400, "9.5d"),
+        (3.144e7, "364d"),
+        (None, "-"),
+        (-120, "-2.0m"),
+    ],
+)
+def test_human_durations(secs: float | None, text: str) -> None:
+    from fleettool.units import human_duration
+
+    assert human_duration(secs) == text

@@ -194,7 +194,9 @@ def register(app: typer.Typer) -> None:
         if rep.get("window") is None:
             print("no telemetry, alerts or lifecycle moves in the store: nothing to report")
             return
-        mtbf = f"{f['mtbf_s']:g} s" if f.get("mtbf_s") is not None else "n/a (no interruptions)"
+        from fleettool.units import human_duration
+
+        mtbf = human_duration(f["mtbf_s"]) if f.get("mtbf_s") is not None else "n/a (no interruptions)"
         cats = (
             ", ".join(f"{k} {v}" for k, v in sorted((f.get("incidents_by_category") or {}).items())) or "none"
         )
@@ -203,7 +205,16 @@ def register(app: typer.Typer) -> None:
             f"{f.get('interruptions', 0)} interruptions, MTBF {mtbf}, pages by category: {cats}"
         )
         if rep.get("nodes"):
-            print_table(rep["nodes"], ["node", "availability", "interruptions", "down_s", "mtbf_s"])
+            print_table(
+                rep["nodes"],
+                [
+                    "node",
+                    "availability",
+                    "interruptions",
+                    ("down", lambda n: human_duration(n.get("down_s"))),
+                    ("mtbf", lambda n: human_duration(n.get("mtbf_s"))),
+                ],
+            )
         rel = rep["reliability"]
         if rel["faults"]:
             rd = rel["repair_days"]

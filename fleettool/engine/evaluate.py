@@ -150,6 +150,8 @@ def _findings(rule: Rule, ent: Entity, inst: Instance, extra: dict[str, Any]) ->
     if refine is not None:  # the kind's own judgement of the finding (an XID by the catalog)
         refine(rule, inst.first_seen, inst.last_seen, extra, v)
     summary = render(rule.summary, **v.summary_kw) if rule.summary else rule.alert
+    if summary.startswith("GPU - on "):  # neither the index nor the PCI id is known
+        summary = "A GPU on " + summary[len("GPU - on ") :]
     return [
         Finding(rule, node, gpu, key, inst, v.severity, v.category, v.action, v.incident, summary, evidence)
     ]

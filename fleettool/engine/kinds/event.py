@@ -93,6 +93,8 @@ def refine(r: RuleLike, first_seen: float, last_seen: float, extra: dict[str, An
     if last is None:
         return
     v.summary_kw.update(code=last["code"], message=last["message"][:120], count=len(evs))
+    if v.summary_kw.get("gpu") == "-" and last.get("pci_bus_id"):  # no index known: the GPU by its PCI id
+        v.summary_kw["gpu"] = f"at {last['pci_bus_id']}"
     if last["kind"] == "xid" and r.p("use_xid_policy", True):
         j = judge(int(last["code"]), last.get("detail") or {})
         v.severity, v.category, v.action = j.severity, j.category, j.action
