@@ -13,6 +13,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from fleettool.store import Store
 from tests.conftest import H200, run_cli
 
@@ -297,3 +299,28 @@ def test_recording_is_valid_openmetrics_for_promtool(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr + r.stdout
     assert any((tmp_path / "tsdb").iterdir())
+
+
+def _nvml_starts() -> bool:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.mark.skipif(
+    _nvml_starts(), reason="this machine has a working NVML: the no-driver path cannot be seen"
+)
+def test_record_on_a_machine_without_a_driver_says_no_gpu_was_recorded(tmp_path: Path) -> None:
+    """The real NVML path with no driver (CI's machine): the files are written, with the agent's health series
+    and the reason, and the exit is 7 with a line saying so, never a quiet 0."""
+    out = tmp_path / "rec"
+    r = run_cli("record", "--out", str(out), "--duration", "2s", "--interval", "1s")
+    assert r.returncode == 7, (r.returncode, r.stderr)
+    assert "no GPU was recorded: NVML answered for no GPU in 2s" in r.stderr
+    assert "NVML could not start" in r.stderr
+    assert (out / "nvml.om.gz").exists() and "collector nvml unavailable" in (out / "kernel.log").read_text()

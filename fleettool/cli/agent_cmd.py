@@ -291,7 +291,8 @@ def register(app: typer.Typer) -> None:
         kernel.log (events as kernel-log lines). Replays with `fleettool replay DIR`.
 
         Only the nvml collector runs unless --collector adds others (kmsg: the kernel log, found as the
-        agent's `--kmsg auto` finds it).
+        agent's `--kmsg auto` finds it). With nvml selected, a recording that holds no GPU (no driver, NVML
+        failing) is written all the same and exits 7.
 
         Example: fleettool record --out fixtures/h200-gemm --duration 60s
         """
@@ -329,6 +330,13 @@ def register(app: typer.Typer) -> None:
         print(f"recorded {n} samples and {len(writer.events)} events in {stats.ticks} ticks:")
         for p in paths:
             print(f"  {p}")
+        gpu_rows = sum(len(v) for k, v in writer.series.items() if k[1] is not None)
+        if "nvml" in selected and not gpu_rows:  # the agent's own health only: say so, never a quiet success
+            raise die(
+                f"no GPU was recorded: NVML answered for no GPU in {secs:g}s (the agent's health series and "
+                f"the reason are in {out}; a node without a driver, or --collector to record without nvml)",
+                ExitCode.NOT_TESTED,
+            )
 
 
 def _known_gpus(db: Path, node: str) -> int:
