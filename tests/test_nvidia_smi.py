@@ -68,6 +68,8 @@ def test_replay_stores_samples_and_inventory(tmp_path: Path) -> None:
     assert rc.returncode == 0, rc.stderr
     gpus = json.loads(run_cli("gpus", "--db", str(db), "--json").stdout)
     assert len(gpus) == 8 and gpus[0]["node"] == "h100-a" and gpus[0]["driver"] == "535.161.08"
+    table = run_cli("gpus", "--db", str(db)).stdout.splitlines()
+    assert table[0].split()[-1] == "SERIAL" and table[1].split()[-1] == gpus[0]["serial"] != ""
 
 
 @settings(max_examples=200, deadline=None)

@@ -133,7 +133,9 @@ def register(app: typer.Typer) -> None:
                 "ORDER BY node, gpu"
             )
         out = [with_iso(r, "first_seen", "last_seen") for r in rows]
-        emit(out, ["node", "gpu", "uuid", "pci_bus_id", "model", "driver"], as_json=json_out, fmt=fmt)
+        emit(
+            out, ["node", "gpu", "uuid", "pci_bus_id", "model", "driver", "serial"], as_json=json_out, fmt=fmt
+        )
 
 
 def _peers(per_shape: Counter[Any], shape: Any, min_peers: int) -> str:
