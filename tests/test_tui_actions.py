@@ -71,6 +71,35 @@ def test_ack_after_a_refresh_acts_on_the_alert_selected(db: Path) -> None:
     assert "gpu-07" in seen["question"] and "GPU 2" in seen["question"] and "for 4 h" in seen["question"]
 
 
+def test_keys_typed_in_a_burst_act_on_the_row_they_reach(db: Path) -> None:
+    """tmux send-keys Down Down a: the three keys are queued at once, so the table moves its cursor before the
+    app sees the moves' RowHighlighted messages. The confirmation and the ack are the reached row's."""
+    from textual import events
+    from textual.widgets import DataTable
+
+    from fleettool.tui.app import FleetTui
+    from fleettool.tui.screens import ConfirmScreen
+    from fleettool.tui.source import Source
+
+    seen: dict[str, str] = {}
+
+    async def go() -> None:
+        app = FleetTui(Source(db=db), refresh_s=60)
+        async with app.run_test(size=(160, 48)) as pilot:
+            table = app.query_one("#alerts", DataTable)
+            await _settle(pilot, lambda: table.row_count == 3)
+            seen["third"] = app.visible_rows()[2]["alert_id"]
+            for key in ("down", "down", "a"):  # posted together, as a terminal delivers a burst
+                app.post_message(events.Key(key, None))
+            await _settle(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            seen["question"] = app.screen.question  # type: ignore[attr-defined]
+            await pilot.press("y")
+            await _settle(pilot, lambda: any(r["acknowledged"] for r in app.rows), tries=400)
+
+    asyncio.run(go())
+    assert _acks(db) == [(seen["third"], "ack")]
+
+
 def test_a_cancelled_action_writes_nothing_and_esc_from_evidence_keeps_the_selection(db: Path) -> None:
     from textual.widgets import DataTable
 

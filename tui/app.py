@@ -161,7 +161,14 @@ class FleetTui(ShowsWorkerErrors, App[None]):
             self.selected_id = str(event.row_key.value)
 
     def selected(self) -> dict[str, Any] | None:
-        """The alert the cursor is on, found by its id (not by its position in a list that may have moved)."""
+        """The alert the cursor is on now, found by its id (not by its position in a list that may have moved).
+        Read from the table's cursor itself: keys typed in a burst ("Down Down a") move the cursor before the
+        RowHighlighted messages of those moves reach the app, so selected_id alone would still name the old row."""
+        t = self.query_one("#alerts", DataTable)
+        if t.row_count:
+            key = t.coordinate_to_cell_key(t.cursor_coordinate).row_key
+            if key.value:
+                self.selected_id = str(key.value)
         if self.selected_id is None:
             return None
         return next((r for r in self.rows if r["alert_id"] == self.selected_id), None)
