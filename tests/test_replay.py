@@ -220,3 +220,32 @@ def test_a_plain_dmesg_names_the_gpu_by_its_pci_id_when_no_index_is_known(tmp_pa
     assert r.returncode == 0, r.stderr
     assert "GPU at 0000:18:00 on unknown: XID 79" in r.stdout and "GPU - on" not in r.stdout
     assert "no host name in the file: stored as node 'unknown' (give --node)" in r.stdout
+
+
+def test_xids_of_gpus_known_only_by_pci_id_are_an_alert_each(tmp_path: Path) -> None:
+    """A `dmesg -T` with no 'GPU at PCI:... GPU-uuid' lines: no GPU index is known, so each PCI id is its own
+    GPU; two GPUs' XIDs must never fold into one alert naming only the last (reset the wrong GPU)."""
+    import json
+
+    log = tmp_path / "dmesg-T.txt"
+    dbe = (
+        "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 6."
+    )
+    log.write_text(
+        "[Sat Nov 29 10:01:02 2026] NVRM: Xid (PCI:0000:91:00): 79, pid=0, name=python, GPU has fallen off the bus.\n"
+        "[Sat Nov 29 10:01:03 2026] NVRM: Xid (PCI:0000:44:00): 79, pid=0, name=python, GPU has fallen off the bus.\n"
+        f"[Sat Nov 29 10:05:00 2026] NVRM: Xid (PCI:0000:cb:00): 48, pid=1234, name=python, {dbe}\n"
+        f"[Sat Nov 29 10:05:01 2026] NVRM: Xid (PCI:0000:1b:00): 48, pid=1234, name=python, {dbe}\n"
+        f"[Sat Nov 29 10:06:01 2026] NVRM: Xid (PCI:0000:1b:00): 48, pid=1234, name=python, {dbe}\n"
+    )
+    db = tmp_path / "d.duckdb"
+    assert run_cli("replay", str(log), "--db", str(db), "--node", "gpu-50", "-q").returncode == 0
+    alerts = json.loads(run_cli("alerts", "--db", str(db), "--json").stdout)
+    assert sorted(a["category"] for a in alerts) == ["ecc", "ecc", "gpu-lost", "gpu-lost"], alerts
+    for pci in ("0000:91:00", "0000:44:00", "0000:cb:00", "0000:1b:00"):
+        assert sum(f"GPU at {pci} on gpu-50" in a["summary"] for a in alerts) == 1, pci
+    assert any(
+        "0000:1b:00" in a["summary"] and " x2" in a["summary"] for a in alerts
+    )  # its two lines, one alert
+    table = run_cli("events", "--db", str(db)).stdout
+    assert "PCI_BUS_ID" in table and "0000:cb:00" in table

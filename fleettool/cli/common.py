@@ -77,14 +77,15 @@ def open_store(
         store = Store(path, read_only=read_only, create=create)
     except StoreError as e:
         raise store_exit(e) from None
-    if new and say_created:
-        print(f"fleettool: note: {path} did not exist: created a new store there", file=sys.stderr)
     try:
         yield store
     except (duckdb.IOException, duckdb.PermissionException, duckdb.OutOfMemoryException) as e:
         from fleettool.store.db import _classify
 
         raise store_exit(_classify(str(path), e)) from None
+    else:  # said after the command's own work, so that a failure stays one line
+        if new and say_created:
+            print(f"fleettool: note: {path} did not exist: created a new store there", file=sys.stderr)
     finally:
         store.close()
 

@@ -79,7 +79,9 @@ def register(app: typer.Typer) -> None:
                         + (f"nodes it has: {', '.join(known)}" if known else "the store has no nodes yet"),
                         ExitCode.BAD_INPUT,
                     )
-                print(f"fleettool: note: {name} is new to {db}: its lifecycle starts here", file=sys.stderr)
+                new_node = True
+            else:
+                new_node = False
             if VERBS[action] is not None:
                 try:
                     transition(
@@ -97,6 +99,10 @@ def register(app: typer.Typer) -> None:
                     raise die(str(e), ExitCode.UNAVAILABLE) from None
                 except TransitionError as e:
                     raise die(str(e), ExitCode.FAILURE) from None
+                if new_node:  # said once the move is made: a failure stays one line
+                    print(
+                        f"fleettool: note: {name} is new to {db}: its lifecycle starts here", file=sys.stderr
+                    )
             st = current(store, name)
             trail = audit(store, name)
             from fleettool.store.alerts import list_alerts

@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
             rows = store.query(sql, params)
         cols = ("ts", "node", "gpu", "uuid", "pci_bus_id", "kind", "code", "message", "source")
         out = [with_iso({c: r[c] for c in cols}, "ts") for r in rows]
-        emit(out, ["ts", "node", "gpu", "kind", "code", "message"], as_json=json_out, fmt=fmt)
+        emit(out, ["ts", "node", "gpu", "pci_bus_id", "kind", "code", "message"], as_json=json_out, fmt=fmt)
 
     @app.command()
     def nccl(

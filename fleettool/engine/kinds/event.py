@@ -63,6 +63,8 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
         kind, code, detail = row["kind"], row["code"], row["detail"]
         t = epoch(row["ts"]) if row["ts"] is not None else end
         key = f"{kind}:{code}" if code is not None else kind
+        if row["gpu"] is None and row["pci_bus_id"]:  # no index known (a plain dmesg): one entity per PCI id
+            key += f"@{row['pci_bus_id']}"
         ent = (row["node"], row["gpu"], key)
         ex = res.extra.setdefault(ent, {"events": []})
         ex["events"].append(
@@ -93,8 +95,6 @@ def refine(r: RuleLike, first_seen: float, last_seen: float, extra: dict[str, An
     if last is None:
         return
     v.summary_kw.update(code=last["code"], message=last["message"][:120], count=len(evs))
-    if v.summary_kw.get("gpu") == "-" and last.get("pci_bus_id"):  # no index known: the GPU by its PCI id
-        v.summary_kw["gpu"] = f"at {last['pci_bus_id']}"
     if last["kind"] == "xid" and r.p("use_xid_policy", True):
         j = judge(int(last["code"]), last.get("detail") or {})
         v.severity, v.category, v.action = j.severity, j.category, j.action
@@ -110,6 +110,9 @@ def refine(r: RuleLike, first_seen: float, last_seen: float, extra: dict[str, An
             str((last.get("detail") or {}).get("sxid_severity")),
             (Severity.WARNING, Action.INSPECT_HARDWARE),
         )
+    if v.summary_kw.get("gpu") == "-" and last.get("pci_bus_id"):  # no index known: the GPU by its PCI id,
+        v.summary_kw["gpu"] = f"at {last['pci_bus_id']}"  # and its own incident (two GPUs' XIDs never fold)
+        v.incident = f"{v.incident}@{last['pci_bus_id']}"
 
 
 def _escalation(
