@@ -4,6 +4,7 @@ the right category, node, GPU, severity and action; `quiet` means no other warni
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,7 @@ def test_scenario(name: str, tmp_path: Path) -> None:
             "runbook",
         }
         assert a["first_seen"].endswith("Z") and a["runbook"].startswith("runbooks/")
+        assert not re.search(r"\de[+-]\d", a["summary"]), a["summary"]  # durations for people, never 7.4e+07 s
     expect = json.loads((SCENARIOS / name / "expect.json").read_text())
     used: set[int] = set()
     for exp in expect["expect"]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,6 +137,8 @@ def _findings(rule: Rule, ent: Entity, inst: Instance, extra: dict[str, Any]) ->
         "duration": _fmt_dur(inst.last_seen - inst.first_seen),
         "value_hex": hex(int(inst.value)) if isinstance(inst.value, (int, float)) else "?",
     }
+    if isinstance(inst.value, (int, float)) and math.isfinite(inst.value):  # a value in seconds, for people
+        summary_kw["value_dur"] = _fmt_dur(float(inst.value))
     if "time_to_exhaustion_s" in extra and extra["time_to_exhaustion_s"] is not None:
         summary_kw["exhaustion"] = _fmt_dur(float(extra["time_to_exhaustion_s"]))
     v = Verdict(
