@@ -47,12 +47,41 @@ class TooFewServers(ValueError):
 def read_incidents(path: Path) -> tuple[pl.DataFrame, float | None]:
     """An incident log -> (faults: node, start, end, category, sub in days; the log's own span in days, when it
     has one). Starts with no end close at the last time in the log."""
-    text = path.read_text(encoding="utf-8", errors="replace")
-    head = text.lstrip()[:1]
-    df, span = _from_trace_json(path, text) if head in ("[", "{") else _from_csv(path, text)
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic == b"PAR1":  # the faults as `report --incidents ... --format parquet` writes them
+        df, span = _from_parquet(path), None
+    else:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        head = text.lstrip()[:1]
+        df, span = _from_trace_json(path, text) if head in ("[", "{") else _from_csv(path, text)
     if df.is_empty():
         raise IncidentLogError(f"{path}: no faults in it: nothing to report")
     return df, span
+
+
+def _from_parquet(path: Path) -> pl.DataFrame:
+    """A Parquet file with the CSV's columns (node, start, end, category[, subcategory]), times as timestamps
+    (naive = UTC), ISO strings or unix seconds."""
+    try:
+        raw = pl.read_parquet(path)
+    except Exception as e:  # polars' errors for a damaged file are several types
+        raise IncidentLogError(
+            f"{path}: not a readable Parquet file: {' '.join(str(e).split())[:160]}"
+        ) from None
+    need = ["node", "start", "end", "category"]
+    if raw.columns[:4] != need:
+        raise IncidentLogError(
+            f"{path}: not an incident log: its columns are {', '.join(raw.columns)}; need "
+            "node,start,end,category[,subcategory]"
+        )
+    rows = [[str(v) if v is not None else "" for v in r] for r in raw.select(raw.columns[:5]).iter_rows()]
+    text = "\n".join(",".join(_csv_field(v) for v in r) for r in [raw.columns[:5], *rows])
+    return _from_csv(path, text)[0]
+
+
+def _csv_field(v: str) -> str:
+    return '"' + v.replace('"', '""') + '"' if any(c in v for c in ',"\n') else v
 
 
 def _from_trace_json(path: Path, text: str) -> tuple[pl.DataFrame, float | None]:

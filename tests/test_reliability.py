@@ -5,12 +5,14 @@ availability checked by hand on a small CSV with overlapping faults; the CLI's J
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from fleettool.reliability import IncidentLogError, TooFewServers, read_incidents, summarize
 from tests.conftest import FIXTURES, run_cli
+from tests.test_cli_output import _cli
 
 TRACE = FIXTURES / "samples" / "fault-traces" / "infinitehbd"
 
@@ -135,6 +137,32 @@ def test_report_and_node_take_format_csv(tmp_path: Path) -> None:
     assert max(abs(a - b) for a, b in zip(again["start"], trace["start"], strict=True)) < 1e-7
     assert max(abs(a - b) for a, b in zip(again["end"], trace["end"], strict=True)) < 1e-7
     assert again["sub"].to_list() == trace["sub"].to_list()
+    # --span-days gives the trace's own span back: then every figure is the trace's
+    same = run_cli(
+        "report", "--incidents", str(back_csv), "--servers", "400", "--span-days", "348.9798", "--json"
+    )
+    orig = json.loads(
+        run_cli("report", "--incidents", str(TRACE / "fault_trace.json"), "--servers", "400", "--json").stdout
+    )
+    assert {k: json.loads(same.stdout)[k] for k in ("span_days", "mtbf_days", "availability")} == {
+        k: orig[k] for k in ("span_days", "mtbf_days", "availability")
+    }
+    short = run_cli("report", "--incidents", str(back_csv), "--servers", "400", "--span-days", "30")
+    assert short.returncode == 2 and "shorter than the log (345.08 days" in short.stderr
+    # and the Parquet form reads back as the CSV does
+    pq = tmp_path / "faults.parquet"
+    with pq.open("wb") as f:  # parquet goes to a redirected stdout
+        args = [
+            "report",
+            "--incidents",
+            str(TRACE / "fault_trace.json"),
+            "--servers",
+            "400",
+            "--format",
+            "parquet",
+        ]
+        assert subprocess.run([*_cli(), *args], stdout=f, timeout=60).returncode == 0
+    assert read_incidents(pq)[0].equals(again)
     r2 = run_cli("report", "--incidents", str(back_csv), "--servers", "400", "--json")
     assert (
         json.loads(r2.stdout)["by_class"]

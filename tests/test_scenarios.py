@@ -49,7 +49,9 @@ def test_scenario(name: str, tmp_path: Path) -> None:
             "runbook",
         }
         assert a["first_seen"].endswith("Z") and a["runbook"].startswith("runbooks/")
-        assert not re.search(r"\de[+-]\d", a["summary"]), a["summary"]  # durations for people, never 7.4e+07 s
+        assert not re.search(r"\de[+-]\d", a["summary"]), a[
+            "summary"
+        ]  # durations for people, never 7.4e+07 s
     expect = json.loads((SCENARIOS / name / "expect.json").read_text())
     used: set[int] = set()
     for exp in expect["expect"]:

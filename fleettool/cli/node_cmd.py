@@ -164,6 +164,15 @@ def register(app: typer.Typer) -> None:
         html_out: Annotated[
             Path | None, typer.Option("--html", help="also write a self-contained HTML page with the charts")
         ] = None,
+        span_days: Annotated[
+            float | None,
+            typer.Option(
+                "--span-days",
+                min=0.001,
+                help="with --incidents: the period the fleet was watched, in days (default: the log's own; a "
+                "CSV's runs from its first start to its last time)",
+            ),
+        ] = None,
         fmt: FormatOpt = "table",
     ) -> None:
         """Fleet statistics: availability per node and fleet, MTBF, incidents by category, and the interruption
@@ -175,10 +184,12 @@ def register(app: typer.Typer) -> None:
         Example: fleettool report --incidents fault_trace.json --servers 400 --html report.html
         """
         if incidents is not None:
-            _incident_report(incidents, servers, json_out or fmt == "json", html_out, fmt)
+            _incident_report(incidents, servers, json_out or fmt == "json", html_out, fmt, span_days)
             return
         if html_out is not None:
             raise die("--html goes with --incidents FILE", ExitCode.USAGE)
+        if span_days is not None:
+            raise die("--span-days goes with --incidents FILE", ExitCode.USAGE)
         from fleettool.stats import report as make_report
 
         if fleet:
@@ -232,7 +243,12 @@ def register(app: typer.Typer) -> None:
 
 
 def _incident_report(
-    path: Path, servers: int | None, json_out: bool, html_out: Path | None, fmt: str = "table"
+    path: Path,
+    servers: int | None,
+    json_out: bool,
+    html_out: Path | None,
+    fmt: str = "table",
+    span_days: float | None = None,
 ) -> None:
     from fleettool.reliability import IncidentLogError, TooFewServers, fault_rows, read_incidents, summarize
     from fleettool.reliability_plots import charts, page, terminal
@@ -247,7 +263,14 @@ def _incident_report(
         raise die(f"--html {html_out}: {html_out.parent} does not exist", ExitCode.BAD_INPUT)
     try:
         df, span = read_incidents(path)
-        rep = summarize(df, servers, span)
+        extent = float(df["end"].max() - df["start"].min())  # type: ignore[operator,arg-type]
+        if span_days is not None and span_days < extent:
+            raise die(
+                f"--span-days {span_days:g} is shorter than the log ({extent:.2f} days from its first fault to "
+                "its last time)",
+                ExitCode.USAGE,
+            )
+        rep = summarize(df, servers, span if span_days is None else span_days)
     except IncidentLogError as e:
         raise die(str(e), ExitCode.BAD_INPUT) from None
     except TooFewServers as e:
