@@ -262,7 +262,7 @@ def test_empty_and_garbage_dirs_exit_3_naming_every_file(tmp_path: Path) -> None
     empty = tmp_path / "empty"
     empty.mkdir()
     r = run_cli("replay", str(empty), "--db", str(tmp_path / "a.duckdb"))
-    assert r.returncode == 3 and r.stderr == f"fleettool: nothing recognised in {empty} (0 files skipped)\n"
+    assert r.returncode == 3 and r.stderr == f"fleettool: {empty}: an empty directory: no files to read\n"
     junk = tmp_path / "junk"
     junk.mkdir()
     (junk / "a").write_bytes(os.urandom(300) + b"\x00")

@@ -188,6 +188,7 @@ def silence_expire(silence_id: Annotated[str, typer.Argument()], db: DbOpt = DEF
     with open_store(db, read_only=False, create=False) as store:
         if not expire_silence(store, silence_id, time.time()):
             raise die(f"no silence {silence_id!r}", ExitCode.BAD_INPUT)
+    print(f"silence {silence_id} expired: its alerts show again", file=sys.stderr)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -127,7 +127,7 @@ def register(app: typer.Typer) -> None:
         elif json_out or fmt == "json":
             print_json(out)
         else:
-            since = f" since {iso(st.since)} ({st.who}: {st.reason})" if st.since else " (never moved)"
+            since = f" since {iso(st.since)} ({_by(st.who, st.reason)})" if st.since else " (never moved)"
             print(f"{name}: lifecycle {st.state}{since}")
             if firing:
                 worst = ", ".join(f"{a['rule']} ({a['severity']})" for a in firing[:5])
@@ -138,7 +138,7 @@ def register(app: typer.Typer) -> None:
                 )
             for r in trail:
                 print(
-                    f"  {iso(r['ts'])}  {r['from_state']} -> {r['to_state']}  {r['who']}: {r['reason']}"
+                    f"  {iso(r['ts'])}  {r['from_state']} -> {r['to_state']}  {_by(r['who'], r['reason'])}"
                     + (f"  [{r['side_effects']}]" if r["side_effects"] else "")
                 )
 
@@ -200,8 +200,8 @@ def register(app: typer.Typer) -> None:
         else:
             with open_store(db, read_only=True) as store:
                 rep = make_report(store, servers=servers)
-        if json_out or fmt == "json":
-            print_json(rep, default=str)
+        if json_out or fmt == "json":  # times ISO 8601, as every other command's JSON
+            print_json(_iso_times(rep), default=str)
             return
         if fmt in ("csv", "parquet"):  # the per-node figures, one row per node
             cols = ["node", "availability", "interruptions", "down_s", "mtbf_s"]
@@ -240,6 +240,27 @@ def register(app: typer.Typer) -> None:
                 f"MTBF {rel['mtbf_days']} server-days, repair days median {rd['median']} / p90 {rd['p90']} "
                 "(report --incidents FILE for an incident log)"
             )
+
+
+def _iso_times(rep: dict[str, Any]) -> dict[str, Any]:
+    """The store report with its unix-second times (window, timeline) as ISO 8601 UTC strings."""
+    import datetime as dt
+
+    def z(t: float | None) -> str | None:
+        return None if t is None else iso(dt.datetime.fromtimestamp(t, dt.timezone.utc).replace(tzinfo=None))
+
+    out = dict(rep)
+    if rep.get("window") is not None:
+        out["window"] = [z(t) for t in rep["window"]]
+    out["timeline"] = [
+        {**r, "from": z(r.get("from")), "to": z(r.get("to"))} for r in rep.get("timeline") or []
+    ]
+    return out
+
+
+def _by(who: object, reason: object) -> str:
+    """'alice: XID 79 twice', or 'alice' when no reason was given."""
+    return f"{who}: {reason}" if reason else str(who)
 
 
 def _incident_report(

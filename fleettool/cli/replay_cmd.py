@@ -140,6 +140,8 @@ def _replay_into(
             if not as_json:
                 for r in reports:
                     print(_line(r))
+            if n == 0:
+                raise die(f"{src}: an empty directory: no files to read", ExitCode.BAD_INPUT)
             raise die(
                 f"nothing recognised in {src} ({n} file{'s' if n != 1 else ''} skipped"
                 + (f": {listed})" if listed else ")"),
