@@ -11,11 +11,10 @@ import numpy as np
 
 from fleettool.formats.openmetrics import Chunk, ExpositionParser, parse_stream
 from fleettool.ingest.metric_batches import SAMPLE_BATCH_SCHEMA, BatchIngest, prefetched
-from fleettool.ingest.report import FileReport, IngestOptions
+from fleettool.ingest.report import FileReport, IngestOptions, outside_time
 from fleettool.model import PodUse
 from fleettool.recording.files import GZIP_MAGIC, iter_blocks
 from fleettool.recording.identify import exposition_timestamps
-from fleettool.recording.times import file_time
 from fleettool.store import Store
 
 READ_SIZE = 1 << 20  # bytes per read (plain files); the parser works on ~4 MiB of whole lines at a time
@@ -25,7 +24,7 @@ def _metrics(store: Store, path: Path, opts: IngestOptions, rep: FileReport, mil
     with_ts, without = exposition_timestamps(path)
     default_ts = None
     if without:  # a scrape saved as is (curl node:9400/metrics > gpu-17.prom) carries no sample timestamps
-        default_ts, src = file_time(path, opts.at)
+        default_ts, src = outside_time(path, opts, rep)
         rep.time_source = (
             f"no sample timestamps: {src}" if not with_ts else f"sample timestamps; lines without one: {src}"
         )
