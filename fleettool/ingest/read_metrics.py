@@ -69,9 +69,10 @@ def _after(
         rep.notes.append("series without a Hostname label stored as node 'unknown' (give --node)")
     if rep.format == "openmetrics" and not parser.saw_eof:
         rep.partial.append(f"no '# EOF' (cut short?): kept {rep.rows} samples up to the last whole line")
-    if rep.rows == 0 and not rep.issues:
-        names = sorted(ing.map.unknown_names)[:3]
-        rep.notes.append("no GPU series fleettool knows" + (f" (e.g. {', '.join(names)})" if names else ""))
+    dropped = ing.dropped_notes()
+    rep.notes.extend(dropped)
+    if rep.rows == 0 and not rep.issues and not dropped:
+        rep.notes.append("no GPU series fleettool knows")
     if ing.map.gpus:
         store.upsert_gpus(ing.map.gpus.values(), rep.t_max or 0.0)
     if ing.map.pods:
