@@ -1,9 +1,11 @@
-"""Recordings replay into the store: every scenario, gzip or not, twice = once, bad input, --node."""
+"""Recordings replay into the store: every scenario, gzip or not, twice = once (a file timed from outside its
+content: same content and same time), bad input, --node."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from fleettool.ingest.report import IngestOptions
 from fleettool.ingest.run import ingest
 from fleettool.recording.identify import identify
 from fleettool.store import Store
-from tests.conftest import H200, SCENARIOS, run_cli
+from tests.conftest import FIXTURES, H200, SCENARIOS, run_cli
 
 ALL = sorted(p.name for p in SCENARIOS.iterdir() if p.is_dir())
 
@@ -64,6 +66,114 @@ def test_replaying_twice_stores_once(db: Path) -> None:
         again = ingest(s, SCENARIOS / "app-xid", IngestOptions(quiet=True))
         assert all(r.skipped for r in again)
         assert s.scalar("SELECT count(*) FROM samples") == n
+
+
+# a dcgm-exporter scrape saved as is (no sample timestamps): 12 samples, 7 of them fleettool metrics
+LEGACY_SCRAPE = FIXTURES / "formats" / "prometheus" / "scrape-legacy-exporter.prom"
+
+
+def _copies(d: Path, src: Path, *names: str) -> Path:
+    d.mkdir()
+    for n in names:
+        shutil.copyfile(src, d / n)
+    return d
+
+
+def _instants(s: Store) -> list[tuple[float, int]]:
+    return [
+        (r["t"], r["n"])
+        for r in s.query("SELECT epoch(ts) AS t, count(*) AS n FROM samples GROUP BY 1 ORDER BY 1")
+    ]
+
+
+def test_identical_scrapes_timed_by_their_names_are_each_stored_once(tmp_path: Path, db: Path) -> None:
+    """curl node:9400/metrics > gpu-17-$(date +%s).prom on an idle node: byte-identical files, each a sample of
+    its own time. Each is stored; replaying the directory again stores nothing new."""
+    rec = _copies(
+        tmp_path / "rec",
+        LEGACY_SCRAPE,
+        "gpu-17-1764675520.prom",  # 2025-12-02T11:38:40Z
+        "gpu-17-2026-12-02T11:38:00Z.prom",
+        "node_20261202-1139.txt",  # 2026-12-02T11:39:00Z
+    )
+    with Store(db) as s:
+        first = ingest(s, rec, IngestOptions(quiet=True))
+        assert [(r.status, r.rows) for r in first] == [("read", 7)] * 3
+        assert _instants(s) == [(1764675520.0, 7), (1796211480.0, 7), (1796211540.0, 7)]
+        again = ingest(s, rec, IngestOptions(quiet=True))
+        assert [r.skipped for r in again] == [
+            "already ingested (same content, same time 2025-12-02T11:38:40Z from the file name)",
+            "already ingested (same content, same time 2026-12-02T11:38:00Z from the file name)",
+            "already ingested (same content, same time 2026-12-02T11:39:00Z from the file name)",
+        ]
+        assert all(r.status == "ignored" and r.rows == 0 for r in again)
+        assert (
+            s.scalar("SELECT count(*) FROM samples") == 21 and s.scalar("SELECT count(*) FROM ingests") == 3
+        )
+
+
+def test_same_scrape_at_the_same_time_under_two_names_is_one_ingest(tmp_path: Path, db: Path) -> None:
+    rec = _copies(
+        tmp_path / "rec", LEGACY_SCRAPE, "gpu-17-2026-12-02T11:38:00Z.prom", "node_20261202-1138.txt"
+    )
+    with Store(db) as s:
+        a, b = ingest(s, rec, IngestOptions(quiet=True))
+        assert a.rows == 7 and b.status == "ignored"
+        assert (
+            b.skipped == "already ingested (same content, same time 2026-12-02T11:38:00Z from the file name)"
+        )
+        assert _instants(s) == [(1796211480.0, 7)]
+
+
+def test_scrape_timed_by_at_or_mtime_is_the_same_ingest_only_at_the_same_time(
+    tmp_path: Path, db: Path
+) -> None:
+    rec = _copies(tmp_path / "rec", LEGACY_SCRAPE, "scrape.prom")
+    f = rec / "scrape.prom"
+    with Store(db) as s:
+        assert ingest(s, f, IngestOptions(quiet=True, at=1796000000.0))[0].rows == 7
+        same = ingest(s, f, IngestOptions(quiet=True, at=1796000000.0))[0]
+        assert same.skipped == "already ingested (same content, same time 2026-11-30T00:53:20Z from --at)"
+        assert ingest(s, f, IngestOptions(quiet=True, at=1796000060.0))[0].rows == 7
+        os.utime(f, (1796000120.0, 1796000120.0))  # no --at: the file's mtime
+        assert ingest(s, f, IngestOptions(quiet=True))[0].rows == 7
+        again = ingest(s, f, IngestOptions(quiet=True))[0]
+        assert (
+            again.skipped
+            == "already ingested (same content, same time 2026-11-30T00:55:20Z from the file's mtime)"
+        )
+        assert _instants(s) == [(1796000000.0, 7), (1796000060.0, 7), (1796000120.0, 7)]
+
+
+def test_a_recording_with_its_own_timestamps_is_deduplicated_by_content_alone(
+    tmp_path: Path, db: Path
+) -> None:
+    """A file whose samples carry their times is the same ingest whatever its name or --at."""
+    raw = gzip.decompress((SCENARIOS / "app-xid" / "dcgm-exporter.om.gz").read_bytes())
+    (tmp_path / "a-1764675520.om").write_bytes(raw)
+    (tmp_path / "b-1796000000.om").write_bytes(raw)
+    with Store(db) as s:
+        a = ingest(s, tmp_path / "a-1764675520.om", IngestOptions(quiet=True, at=1.0))[0]
+        b = ingest(s, tmp_path / "b-1796000000.om", IngestOptions(quiet=True, at=2.0))[0]
+        assert a.rows > 10_000 and a.time_source == "sample timestamps"
+        assert b.status == "ignored" and b.skipped == "already ingested (same content)"
+        assert s.scalar("SELECT count(*) FROM samples") == a.rows
+
+
+def test_identical_nccl_logs_timed_by_their_names_are_two_runs(tmp_path: Path, db: Path) -> None:
+    rec = _copies(
+        tmp_path / "rec",
+        FIXTURES / "formats" / "nccl-tests" / "srun-label.txt",
+        "all_reduce-20261202T1100Z.log",
+        "all_reduce-20261202T1200Z.log",
+    )
+    with Store(db) as s:
+        assert [r.runs for r in ingest(s, rec, IngestOptions(quiet=True))] == [1, 1]
+        assert [r.status for r in ingest(s, rec, IngestOptions(quiet=True))] == ["ignored", "ignored"]
+        assert [r["t"] for r in s.query("SELECT epoch(ts) AS t FROM nccl_runs ORDER BY ts")] == [
+            1796209200.0,
+            1796212800.0,
+        ]
 
 
 def test_gzip_is_read_by_content_not_by_name(tmp_path: Path, db: Path) -> None:

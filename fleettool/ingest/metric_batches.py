@@ -44,6 +44,8 @@ class BatchIngest(MetricsIngest):
         super().__init__(parser, default_node)
         self._seen = -1  # how many series the per-series arrays below cover
         self._cols: dict[str, Any] = {}
+        # samples not stored, per series id, by why (UNMAPPED, BLANK, NONFINITE): counted per chunk in numpy
+        self.dropped: dict[str, np.ndarray] = {}
 
     def _series_arrays(self) -> dict[str, Any]:
         self._extend()  # new series mapped (and their gpu-label issues reported) as MetricsIngest maps them
@@ -71,12 +73,17 @@ class BatchIngest(MetricsIngest):
         ts = np.asarray(chunk.ts, dtype=np.float64)
         if len(sid) == 0:
             return _empty()
-        keep = c["keep"][sid]
+        mapped = c["keep"][sid]
         int32 = c["int32"][sid]
         blank = val >= DCGM_FP64_BLANK
         blank |= int32 & (val >= DCGM_INT32_BLANK) & (val <= DCGM_INT32_BLANK + 15)
-        keep &= ~blank & ~np.isnan(val) & np.isfinite(ts)  # the parser checks timestamps: a backstop
+        keep = mapped & ~blank & ~np.isnan(val) & np.isfinite(ts)  # the parser checks timestamps: a backstop
         s = sid[keep]
+        if len(s) != len(sid):  # some not stored: counted per series, whole arrays at a time
+            finite = np.isfinite(val)
+            self._tally(UNMAPPED, sid[~mapped])
+            self._tally(BLANK, sid[mapped & blank & finite])
+            self._tally(NONFINITE, sid[mapped & ~keep & ~finite])
         idx = pa.array(s.astype(np.int32))
         us = np.round(ts[keep] * 1e6).astype(np.int64)
         return pa.record_batch(
@@ -91,6 +98,58 @@ class BatchIngest(MetricsIngest):
             ],
             schema=SAMPLE_BATCH_SCHEMA,
         )
+
+    def _tally(self, why: str, sids: np.ndarray) -> None:
+        if len(sids) == 0:
+            return
+        n = np.bincount(sids, minlength=len(self.map.keep))
+        acc = self.dropped.get(why)
+        if acc is None or len(acc) < len(n):
+            grown = np.zeros(len(n), dtype=np.int64)
+            if acc is not None:
+                grown[: len(acc)] = acc
+            acc = self.dropped[why] = grown
+        acc[: len(n)] += n
+
+    def dropped_notes(self) -> list[str]:
+        """What the file held that was not stored, and why, for its report: samples of series no fleettool
+        metric maps (by design: not an issue, --strict passes), DCGM's not-supported sentinels, NaN and infinite
+        values."""
+        names = self.parser.series.names
+        out = []
+        acc = self.dropped.get(UNMAPPED)
+        if acc is not None and acc.any():
+            samples, series = int(acc.sum()), int(np.count_nonzero(acc))
+            what = f"{_n(samples, 'sample')} of {series} series not stored: no fleettool metric for {_names(names, acc)}"
+            if any(self.map.keep):
+                out.append(
+                    f"{what}; by design (a scrape carries series fleettool does not use), not an issue "
+                    "(--strict passes)"
+                )
+            else:
+                out.append(f"no GPU series fleettool knows: {what}")
+        for why, what in ((BLANK, "DCGM's not-supported value"), (NONFINITE, "NaN or infinite")):
+            acc = self.dropped.get(why)
+            if acc is not None and acc.any():
+                samples = int(acc.sum())
+                were = "was" if samples == 1 else "were"
+                out.append(f"{_n(samples, 'sample')} {were} {what} ({_names(names, acc)}): not stored")
+        return out
+
+
+UNMAPPED, BLANK, NONFINITE = "unmapped", "blank", "nonfinite"
+NAMES_SHOWN = 3  # metric names a note lists before "(N more)"
+
+
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}" if k == 1 else f"{k} {word}s"
+
+
+def _names(names: list[str], counts: np.ndarray) -> str:
+    """The distinct names of the series counted, in the order they first appear in the file."""
+    seen = list(dict.fromkeys(names[i] for i in np.flatnonzero(counts).tolist()))
+    more = len(seen) - NAMES_SHOWN
+    return ", ".join(seen[:NAMES_SHOWN]) + (f" ({more} more)" if more > 0 else "")
 
 
 def _empty() -> pa.RecordBatch:

@@ -11,11 +11,10 @@ import numpy as np
 
 from fleettool.formats.openmetrics import Chunk, ExpositionParser, parse_stream
 from fleettool.ingest.metric_batches import SAMPLE_BATCH_SCHEMA, BatchIngest, prefetched
-from fleettool.ingest.report import FileReport, IngestOptions
+from fleettool.ingest.report import FileReport, IngestOptions, outside_time
 from fleettool.model import PodUse
 from fleettool.recording.files import GZIP_MAGIC, iter_blocks
 from fleettool.recording.identify import exposition_timestamps
-from fleettool.recording.times import file_time
 from fleettool.store import Store
 
 READ_SIZE = 1 << 20  # bytes per read (plain files); the parser works on ~4 MiB of whole lines at a time
@@ -25,7 +24,7 @@ def _metrics(store: Store, path: Path, opts: IngestOptions, rep: FileReport, mil
     with_ts, without = exposition_timestamps(path)
     default_ts = None
     if without:  # a scrape saved as is (curl node:9400/metrics > gpu-17.prom) carries no sample timestamps
-        default_ts, src = file_time(path, opts.at)
+        default_ts, src = outside_time(path, opts, rep)
         rep.time_source = (
             f"no sample timestamps: {src}" if not with_ts else f"sample timestamps; lines without one: {src}"
         )
@@ -70,9 +69,10 @@ def _after(
         rep.notes.append("series without a Hostname label stored as node 'unknown' (give --node)")
     if rep.format == "openmetrics" and not parser.saw_eof:
         rep.partial.append(f"no '# EOF' (cut short?): kept {rep.rows} samples up to the last whole line")
-    if rep.rows == 0 and not rep.issues:
-        names = sorted(ing.map.unknown_names)[:3]
-        rep.notes.append("no GPU series fleettool knows" + (f" (e.g. {', '.join(names)})" if names else ""))
+    dropped = ing.dropped_notes()
+    rep.notes.extend(dropped)
+    if rep.rows == 0 and not rep.issues and not dropped:
+        rep.notes.append("no GPU series fleettool knows")
     if ing.map.gpus:
         store.upsert_gpus(ing.map.gpus.values(), rep.t_max or 0.0)
     if ing.map.pods:

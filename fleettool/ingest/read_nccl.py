@@ -7,9 +7,8 @@ import re
 from pathlib import Path
 
 from fleettool.formats.nccl_tests import NcclRun, parse_nccl_json, parse_nccl_text
-from fleettool.ingest.report import FileReport, IngestOptions
+from fleettool.ingest.report import FileReport, IngestOptions, outside_time
 from fleettool.recording.files import iter_lines, read_text
-from fleettool.recording.times import file_time
 from fleettool.store import Store
 from fleettool.units import parse_iso
 
@@ -39,7 +38,7 @@ def _store_nccl_runs(
         if ts is not None:
             sources.add("the run's start_time (UTC assumed)")
         else:  # nccl-tests text carries no time: the file's, never the replaying machine's clock
-            ts, src = file_time(path, opts.at)
+            ts, src = outside_time(path, opts, rep)
             sources.add(f"none in the output: {src}")
         store.write_nccl_run(
             run_id=run_id,

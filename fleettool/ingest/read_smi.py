@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from fleettool.formats.nvidia_smi import SmiReport, gpu_identity, gpu_samples, parse_text, parse_xml
-from fleettool.ingest.report import FileReport, IngestOptions
+from fleettool.ingest.report import FileReport, IngestOptions, outside_time
 from fleettool.model import GpuInfo, Sample
 from fleettool.recording.files import complete_xml, iter_lines, read_text
-from fleettool.recording.times import file_time
 from fleettool.store import Store
 
 
@@ -20,7 +19,7 @@ def _store_smi(store: Store, path: Path, opts: IngestOptions, rep: FileReport, r
         ts = report.timestamp
         rep.time_source = "the report's Timestamp (the capturing host's local time read as UTC)"
     else:
-        ts, src = file_time(path, opts.at)
+        ts, src = outside_time(path, opts, rep)
         rep.time_source = f"no Timestamp in the report: {src}"
     samples = []
     infos = []

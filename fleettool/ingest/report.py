@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fleettool.formats.errors import ParseIssue
 from fleettool.recording.files import MAX_BYTES
+from fleettool.recording.times import file_time
 from fleettool.store import Store
 
 # status of a file in a replay
@@ -47,6 +48,9 @@ class FileReport:
     failed: bool = False  # recognised, but reading it failed; nothing from it was stored
     partial: list[str] = field(default_factory=list)  # why only part of the file was read
     time_source: str | None = None  # where the stored times came from
+    # the time given from outside the content (the file name, --at, the mtime) when any of what was stored took
+    # it: part of what makes two ingests the same (ingest.run.ingest_key)
+    given_time: float | None = None
     boot_relative: int = 0  # events stored with only an uptime (no wall time in the file)
     untimed: int = 0  # events stored with no time at all
     identities: int = 0  # the driver's GPU announcement lines (PCI id -> UUID, serial)
@@ -116,6 +120,15 @@ class IngestOptions:
     at: float | None = None  # --at: the time of files that carry none and whose name gives none
     exclude: list[Path] = field(default_factory=list)  # the store's own files: never read
     max_bytes: int = MAX_BYTES  # decompressed bytes per file
+
+
+def outside_time(path: Path, opts: IngestOptions, rep: FileReport) -> tuple[float, str]:
+    """The time of a file whose content carries none (recording.times.file_time: its name, --at, its mtime) and
+    where it came from; noted on the report, so the same content given another time is another ingest. Every
+    reader that times what it stores from outside the file's content takes its time here."""
+    t, src = file_time(path, opts.at)
+    rep.given_time = t
+    return t, src
 
 
 # a reader stores what its file holds (inside the file's transaction) and fills the report

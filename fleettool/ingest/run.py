@@ -2,13 +2,16 @@
 
 Each file is identified by content (recording.identify) and handed to the reader for its format
 (ingest.readers). A file is ingested in one transaction: a file that fails (a bad value, or a bad line under
---strict) is rolled back, named with file:line, and the next file is read. A file already ingested (same
-content digest) is not stored twice. The store's own files (the database, its WAL) are never read.
+--strict) is rolled back, named with file:line, and the next file is read. A file already ingested is not
+stored twice: the same content digest, and for a file whose content carries no time (a scrape saved with curl,
+timed by its name, --at or its mtime) the same time given too, since byte-identical scrapes of an idle node at
+two times are two samples (ingest_key). The store's own files (the database, its WAL) are never read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import sys
 import threading
 from collections.abc import Callable
@@ -19,6 +22,7 @@ from fleettool.ingest.readers import READERS
 from fleettool.ingest.report import FileReport, IngestOptions
 from fleettool.recording.files import InputTooLarge, XmlRefused, digest_file, recording_files, watch_reads
 from fleettool.recording.identify import identify_why
+from fleettool.recording.times import file_time, iso
 from fleettool.store import Store
 
 
@@ -83,8 +87,9 @@ def _ingest_one(store: Store, path: Path, root: Path, opts: IngestOptions) -> Fi
         except OSError as e:
             rep.skipped = f"cannot read it ({e.strerror or e})"
             return rep
-        if store.seen_digest(digest):
-            rep.skipped = "already ingested (same content)"
+        seen = _seen(store, digest, path, opts)
+        if seen is not None:
+            rep.skipped = seen
             rep.ignored = True
             return rep
     store.begin()
@@ -111,7 +116,12 @@ def _ingest_one(store: Store, path: Path, root: Path, opts: IngestOptions) -> Fi
         if opts.strict and rep.issues:
             raise ParseError(rep.issues[0])
         store.record_ingest(
-            digest, str(path), ident.format, ",".join(sorted(rep.nodes)) or None, rep.rows, len(rep.issues)
+            ingest_key(digest, rep.given_time),
+            str(path),
+            ident.format,
+            ",".join(sorted(rep.nodes)) or None,
+            rep.rows,
+            len(rep.issues),
         )
         store.commit()
     except ParseError as e:
@@ -133,6 +143,29 @@ def _ingest_one(store: Store, path: Path, root: Path, opts: IngestOptions) -> Fi
     if not opts.quiet:
         _print_issues(rep, path, opts)
     return rep
+
+
+def ingest_key(digest: str, given_time: float | None) -> str:
+    """What the store's ingests table keys an ingest by: the content digest, and for a file that took its time
+    from outside its content (FileReport.given_time) that time too (digest@2026-12-02T11:38:00.000000Z)."""
+    if given_time is None:
+        return digest
+    return f"{digest}@{dt.datetime.fromtimestamp(given_time, tz=dt.timezone.utc):%Y-%m-%dT%H:%M:%S.%fZ}"
+
+
+def _seen(store: Store, digest: str, path: Path, opts: IngestOptions) -> str | None:
+    """Why the file is already ingested, or None. Its content alone decides whether its reader times it from
+    outside (no sample timestamps, no report Timestamp): the same content stored with its own times is the
+    same ingest; stored under a given time, only with the time this file would be given now."""
+    if store.seen_digest(digest):
+        return "already ingested (same content)"
+    try:
+        t, src = file_time(path, opts.at)
+    except OSError:  # no mtime to be read: the reader will say why the file cannot be read
+        return None
+    if store.seen_digest(ingest_key(digest, t)):
+        return f"already ingested (same content, same time {iso(t)} from {src.split(' (')[0]})"
+    return None
 
 
 DIGEST_ALONGSIDE = 32 << 20  # a file this large is hashed in a thread of its own while its reader runs

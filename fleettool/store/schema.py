@@ -64,7 +64,8 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS node_audit (
         ts TIMESTAMP, node VARCHAR NOT NULL, from_state VARCHAR, to_state VARCHAR NOT NULL, who VARCHAR,
         reason VARCHAR, side_effects VARCHAR)""",
-    # what was ingested, by content hash, so replaying the same file twice stores it once
+    # what was ingested, so replaying the same file twice stores it once: keyed by content hash, and for a file
+    # timed from outside its content (name, --at, mtime) by hash@time too (ingest.run.ingest_key)
     """CREATE TABLE IF NOT EXISTS ingests (
         digest VARCHAR PRIMARY KEY, path VARCHAR, format VARCHAR, node VARCHAR, rows BIGINT,
         issues INTEGER, ingested_at TIMESTAMP)""",
