@@ -79,7 +79,11 @@ def register(app: typer.Typer) -> None:
             str, typer.Option(help="local, ssh, slurm (srun -w NODE) or k8s (a Job pinned to NODE)")
         ] = "",
         backend: Annotated[
-            str, typer.Option(help="cuda, or cpu: the same code paths on the CPU at small sizes")
+            str,
+            typer.Option(
+                help="cuda, or cpu: the same code paths on the CPU at small sizes (proves the tool, not a GPU: "
+                "with no GPU floor its verdicts are WARN, not the PASS a node's return needs)"
+            ),
         ] = "cuda",
         tests: Annotated[str, typer.Option(help=f"comma list of {', '.join(TESTS)}")] = ",".join(TESTS),
         dtypes: Annotated[
@@ -90,7 +94,9 @@ def register(app: typer.Typer) -> None:
                 show_default=False,
             ),
         ] = None,
-        duration: Annotated[str, typer.Option(help="per GEMM dtype and for HBM")] = "30s",
+        duration: Annotated[
+            str, typer.Option(help="per GEMM dtype and for HBM (the cpu backend runs at most 3s each)")
+        ] = "30s",
         gemm_n: Annotated[int, typer.Option(min=1, help="GEMM size (n x n x n)")] = 8192,
         allreduce_max: Annotated[str, typer.Option(help="largest all-reduce message")] = "8G",
         dcgm_level: Annotated[int, typer.Option(min=1, max=4, help="dcgmi diag -r LEVEL")] = 1,
