@@ -40,6 +40,10 @@ def lifecycle_intervals(store: Store, end: float) -> dict[str, list[tuple[float,
     return out
 
 
+def _states() -> str:
+    return ", ".join(f"'{x}'" for x in sorted(OUT_OF_SERVICE))
+
+
 def _e(v: dt.datetime) -> float:
     return v.replace(tzinfo=dt.timezone.utc).timestamp()
 
@@ -54,7 +58,8 @@ def report(
         "SELECT min(t0) AS a, max(t1) AS b FROM (SELECT min(ts) t0, max(ts) t1 FROM samples "
         "UNION ALL SELECT min(minute), max(minute) FROM samples_1m "
         "UNION ALL SELECT min(first_seen), max(last_seen) FROM alerts "
-        "UNION ALL SELECT min(ts), max(ts) FROM node_audit)"
+        "UNION ALL SELECT min(ts), max(ts) FROM node_audit "  # moves in or out of service only: marking a
+        f"WHERE to_state IN ({_states()}) OR from_state IN ({_states()}))"  # node suspect is not down time
     )[0]
     if rng["a"] is None:
         return {"window": None, "nodes": [], "fleet": {}}

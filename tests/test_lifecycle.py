@@ -147,6 +147,18 @@ def test_node_names_what_it_does_not_know_and_a_store_it_creates(tmp_path: Path)
     assert made.returncode == 0 and f"{fresh} did not exist: created a new store there" in made.stderr
 
 
+def test_marking_a_node_suspect_moves_no_figure(tmp_path: Path) -> None:
+    """suspect is not out of service: days after a replayed recording, it must not stretch the window (and with
+    it a page still firing) to now."""
+    db = tmp_path / "s.duckdb"
+    assert run_cli("replay", str(SCENARIOS / "gpu-fell-off-bus"), "--db", str(db), "-q").returncode == 0
+    before = json.loads(run_cli("report", "--db", str(db), "--json").stdout)
+    assert run_cli("node", "gpu-21", "suspect", "--db", str(db), "-m", "check").returncode == 0
+    after = json.loads(run_cli("report", "--db", str(db), "--json").stdout)
+    assert after["window"] == before["window"] and after["fleet"] == before["fleet"]
+    assert before["window"] == ["2026-11-30T00:00:00Z", "2026-11-30T01:00:00Z"]
+
+
 def test_warnings_never_count_as_down_time_and_a_resolve_by_hand_ends_nothing_later(tmp_path: Path) -> None:
     db = tmp_path / "w.duckdb"
     for sc in ("thermal-throttle", "gpu-fell-off-bus"):

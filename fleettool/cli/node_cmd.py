@@ -236,7 +236,8 @@ def register(app: typer.Typer) -> None:
         if rel["faults"]:
             rd = rel["repair_days"]
             print(
-                f"reliability: {rel['faults']} faults on {rel['servers_affected']} of {rel['servers']} servers, "
+                f"reliability: {rel['faults']} faults (pages and times out of service, overlapping ones apart) "
+                f"on {rel['servers_affected']} of {rel['servers']} servers, "
                 f"MTBF {rel['mtbf_days']} server-days, repair days median {rd['median']} / p90 {rd['p90']} "
                 "(report --incidents FILE for an incident log)"
             )
