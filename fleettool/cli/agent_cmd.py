@@ -287,8 +287,9 @@ def register(app: typer.Typer) -> None:
         collector: CollectorOpt = None,
         no_collector: NoCollectorOpt = None,
     ) -> None:
-        """Record telemetry as a recording directory: nvml.om.gz (OpenMetrics with timestamps) and
-        kernel.log (events as kernel-log lines). Replays with `fleettool replay DIR`.
+        """Record telemetry as a recording directory: nvml.om.gz (OpenMetrics with timestamps, and the GPU
+        inventory), kernel.log (the kernel's events as the driver's lines) and events.jsonl (fleettool's own
+        events: NVML errors, agent health). Replays with `fleettool replay DIR`.
 
         Only the nvml collector runs unless --collector adds others (kmsg: the kernel log, found as the
         agent's `--kmsg auto` finds it). With nvml selected, a recording that holds no GPU (no driver, NVML

@@ -48,7 +48,8 @@ def _kernel_records(
     for g, ts in batch.announced:
         store.merge_gpu_identity(g.node, g.uuid, g.pci_bus_id, g.serial, ts or 0.0)
         rep.nodes.add(g.node)
-        rep.identities += 1
+    # GPUs announced (the serial line that follows an announcement is the same GPU's)
+    rep.identities += len({(g.node, g.uuid, g.pci_bus_id) for g, _ in batch.announced})
     events = batch.events
     rep.boot_relative += batch.boot_relative
     rep.untimed += batch.untimed
@@ -89,10 +90,31 @@ def _wall_kind(rep: FileReport) -> str:
     return "the lines' own stamps"
 
 
+# how recordings before events.jsonl wrote fleettool's own events: `<stamp> <host> kernel: fleettool[nvml]: KIND: ...`
+_OLD_OWN_EVENT = " kernel: fleettool["
+
+
+def _naming_old_events(path: Path, rep: FileReport, lines: Iterable[str]) -> Iterator[str]:
+    """The lines, each of fleettool's own events that an older recording wrote into its kernel log named as
+    skipped: no kernel printed it, and it lacks the GPU, UUID and code the event had."""
+    for lineno, line in enumerate(lines, 1):
+        if _OLD_OWN_EVENT in line:
+            rep.issues.append(
+                ParseIssue(
+                    str(path),
+                    lineno,
+                    "fleettool's own event as an older recording wrote it (no GPU, UUID or code in the line): "
+                    "not read; record again, such events now go to events.jsonl",
+                )
+            )
+        yield line
+
+
 def read_kernel_log(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
     year, year_src = _context_year(store, path, opts)
     parser = KernelLogParser(year=year, host=None)
-    _kernel_records(store, path, opts, rep, parser.feed_all(iter_lines(path)))
+    lines = _naming_old_events(path, rep, iter_lines(path))
+    _kernel_records(store, path, opts, rep, parser.feed_all(lines))
     if parser.year_used:  # syslog stamps were read: they carry no year
         rep.notes.append(f"syslog stamps carry no year: {year} taken from {year_src}")
 

@@ -35,6 +35,7 @@ READERS: dict[str, Reader] = {
     "kmsg": _lazy("read_kernel", "read_kernel_log"),
     "kmsg-journal-json": _lazy("read_kernel", "read_journal_json"),
     "kmsg-raw": _lazy("read_kernel", "read_dev_kmsg"),
+    "fleettool-events": _lazy("read_events", "read_fleettool_events"),
     "nccl-tests": _lazy("read_nccl", "read_nccl_text"),
     "nccl-tests-json": _lazy("read_nccl", "read_nccl_json"),
     "nvidia-smi-text": _lazy("read_smi", "read_smi_text"),

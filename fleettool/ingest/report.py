@@ -20,6 +20,7 @@ READER_NAMES = {
     "kmsg": "kernel log",
     "kmsg-journal-json": "kernel log",
     "kmsg-raw": "kernel log",
+    "fleettool-events": "fleettool events",
     "nccl-tests": "nccl-tests",
     "nccl-tests-json": "nccl-tests -J",
     "nvidia-smi-xml": "nvidia-smi -q -x",

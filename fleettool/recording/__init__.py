@@ -5,6 +5,7 @@ collectors and the store, and imports neither:
   files     bounded reads (.gz by magic number, gzip bombs refused, cut files noted), XML made whole
   identify  a file's format by its content, never its name
   times     the time of a file that carries none (its name, --at, its mtime)
-  writer    write a recording (OpenMetrics with timestamps, kernel-log text); own reads it back
+  writer    write a recording (OpenMetrics with timestamps and the GPU inventory, the kernel's events as kernel-log
+            text, fleettool's own events as JSON lines); own reads the OpenMetrics back
 Storing a recording is fleettool.ingest's job, driven by fleettool.pipeline.
 """

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleettool.formats.fleettool_events import EVENT_KEYS_REQUIRED
 from fleettool.formats.kmsg_prefix import LINE_SHAPES
 from fleettool.formats.openmetrics import decide_millis
 from fleettool.recording.files import GZIP_MAGIC, HEAD, read_head
@@ -76,8 +77,8 @@ def _text_like(head: bytes) -> bool:
 
 
 def identify(path: Path) -> str:
-    """'openmetrics', 'prometheus', 'kmsg', 'kmsg-journal-json', 'kmsg-raw', 'nccl-tests', 'nccl-tests-json',
-    'nvidia-smi-xml', 'nvidia-smi-text', 'duckdb', or 'unknown', from the content (gunzipped)."""
+    """'openmetrics', 'prometheus', 'kmsg', 'kmsg-journal-json', 'kmsg-raw', 'fleettool-events', 'nccl-tests',
+    'nccl-tests-json', 'nvidia-smi-xml', 'nvidia-smi-text', 'duckdb', or 'unknown', from the content (gunzipped)."""
     return identify_why(path).format
 
 
@@ -142,12 +143,14 @@ def _identify_json(text: str) -> Identity | None:
         and ("__REALTIME_TIMESTAMP" in doc or "_TRANSPORT" in doc or "__CURSOR" in doc)
     ):
         return Identity("kmsg-journal-json", "journalctl -o json")
+    if isinstance(doc, dict) and doc.keys() >= EVENT_KEYS_REQUIRED:
+        return Identity("fleettool-events", "JSON lines")
     keys = set(re.findall(r'"([A-Za-z_]+)"\s*:', text[:HEAD]))
     if ("results" in keys or "nccl_version" in keys) and (
         {"busbw", "algbw", "config", "nccl_version", "devices"} & keys
     ):
         return Identity("nccl-tests-json", "nccl-tests -J")
-    return Identity("unknown", why="JSON, but neither nccl-tests -J nor journalctl -o json")
+    return Identity("unknown", why="JSON, but not nccl-tests -J, journalctl -o json nor fleettool's events")
 
 
 def _identify_lines(lines: list[str]) -> Identity:
