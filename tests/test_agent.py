@@ -323,4 +323,6 @@ def test_record_on_a_machine_without_a_driver_says_no_gpu_was_recorded(tmp_path:
     assert r.returncode == 7, (r.returncode, r.stderr)
     assert "no GPU was recorded: NVML answered for no GPU in 2s" in r.stderr
     assert "NVML could not start" in r.stderr
-    assert (out / "nvml.om.gz").exists() and "collector nvml unavailable" in (out / "kernel.log").read_text()
+    assert (out / "nvml.om.gz").exists() and "collector nvml unavailable" in (
+        out / "events.jsonl"
+    ).read_text()
