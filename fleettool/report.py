@@ -140,7 +140,7 @@ def render_text(summaries: list[GpuSummary]) -> str:
             )
         if s.min_sm_clock_mhz is not None:
             figs.append(f"SM {s.min_sm_clock_mhz:.0f}-{s.max_sm_clock_mhz:.0f} MHz")
-        lines.append(f"  {s.samples} samples {span}; " + ", ".join(figs))
+        lines.append(f"  {s.samples} samples {span}" + ("; " + ", ".join(figs) if figs else ""))
         normal = [
             f"{k} {v:.0f}s" for k, v in s.reasons_s.items() if k in ("sw_power_cap", "gpu_idle") and v > 0
         ]

@@ -151,6 +151,8 @@ def test_a_recording_replays_into_the_events_and_gpus_the_agent_stored(tmp_path:
         res.reports[1].stored() == "7 events, 3 GPU identities (PCI id -> UUID)"
     )  # 3 GPUs, each with its serial
     assert not any(r.issues for r in res.reports)
+    # the inventory series is read for the GPUs' identity: never noted as "not stored"
+    assert not [n for r in res.reports for n in r.notes if "not stored" in n]
 
     live, replayed = _events(live_db), _events(tmp_path / "replay.duckdb")
     kinds = Counter(e["kind"] for e in live)

@@ -118,6 +118,11 @@ class BatchIngest(MetricsIngest):
         names = self.parser.series.names
         out = []
         acc = self.dropped.get(UNMAPPED)
+        if acc is not None:  # a series read for the GPU inventory (its labels) is used, not dropped
+            acc = acc.copy()
+            for i in np.flatnonzero(acc).tolist():
+                if names[i] in READ_FOR_INVENTORY:
+                    acc[i] = 0
         if acc is not None and acc.any():
             samples, series = int(acc.sum()), int(np.count_nonzero(acc))
             what = f"{_n(samples, 'sample')} of {series} series not stored: no fleettool metric for {_names(names, acc)}"
@@ -138,6 +143,8 @@ class BatchIngest(MetricsIngest):
 
 
 UNMAPPED, BLANK, NONFINITE = "unmapped", "blank", "nonfinite"
+# info series whose labels make the GPU inventory (a recording's, the agent's /metrics): read, never a sample
+READ_FOR_INVENTORY = frozenset({"fleettool_gpu_info"})
 NAMES_SHOWN = 3  # metric names a note lists before "(N more)"
 
 
