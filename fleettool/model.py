@@ -141,3 +141,14 @@ class PodUse:
     namespace: str
     pod: str
     container: str
+
+
+def who_acts() -> str:
+    """Who a write is recorded as when --by is not given: the login name (getpass: $LOGNAME, $USER, ..., then
+    the password database, so a container or `kubectl exec` without $USER still names its uid's user)."""
+    import getpass
+
+    try:
+        return getpass.getuser() or "unknown"
+    except (KeyError, OSError):  # a uid with no passwd entry and no variable set
+        return "unknown"

@@ -159,6 +159,26 @@ def test_marking_a_node_suspect_moves_no_figure(tmp_path: Path) -> None:
     assert before["window"] == ["2026-11-30T00:00:00Z", "2026-11-30T01:00:00Z"]
 
 
+def test_a_move_without_by_is_recorded_as_the_login_user_even_without_user(tmp_path: Path) -> None:
+    import getpass
+
+    db = tmp_path / "w.duckdb"
+    env = {k: v for k, v in os.environ.items() if k not in ("USER", "LOGNAME", "LNAME", "USERNAME")}
+    import subprocess
+
+    from tests.test_cli_output import _cli
+
+    r = subprocess.run(
+        [*_cli(), "node", "gpu-3", "cordon", "--db", str(db), "-m", "x", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["audit"][-1]["who"] == getpass.getuser() != "unknown"
+
+
 def test_warnings_never_count_as_down_time_and_a_resolve_by_hand_ends_nothing_later(tmp_path: Path) -> None:
     db = tmp_path / "w.duckdb"
     for sc in ("thermal-throttle", "gpu-fell-off-bus"):

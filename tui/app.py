@@ -9,7 +9,6 @@ keeps writing; a fleet location is read through the same views. Layout lives in 
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -19,6 +18,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
+from fleettool.model import who_acts
 from fleettool.tui.errors import ShowsWorkerErrors
 from fleettool.tui.messages import AlertsLoaded
 from fleettool.tui.screens import SCREENS, ConfirmScreen, DetailScreen, HelpScreen
@@ -229,7 +229,7 @@ class FleetTui(ShowsWorkerErrors, App[None]):
     def act(self, what: str, r: dict[str, Any]) -> None:
         from fleettool.engine.silences import acknowledge, add_silence
 
-        who = os.environ.get("USER") or "tui"
+        who = who_acts()
         now = time.time()
         with self.source.open_rw() as store:
             if what == "ack":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -15,6 +14,7 @@ from fleettool.cli.common import DEFAULT_DB, die, open_store, parse_duration
 from fleettool.cli.exit_codes import ExitCode
 from fleettool.cli.options import DbOpt, FormatOpt, JsonOpt, ReasonOpt, WhoOpt
 from fleettool.cli.output import emit, with_iso
+from fleettool.model import who_acts
 from fleettool.store.alerts import ALERT_STATES, AlertOrder, list_alerts
 
 alerts_app = typer.Typer(invoke_without_command=True)
@@ -22,7 +22,7 @@ silence_app = typer.Typer(help="Mute matching alerts until a time.", no_args_is_
 
 
 def _who(v: str) -> str:
-    return v or os.environ.get("USER") or "unknown"
+    return v or who_acts()
 
 
 @alerts_app.callback()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ from fleettool.cli.common import DEFAULT_DB, die, open_store
 from fleettool.cli.exit_codes import ExitCode
 from fleettool.cli.options import DbOpt, FleetInsteadOpt, FormatOpt, JsonOpt, ReasonOpt, WhoOpt
 from fleettool.cli.output import emit, iso, print_json, print_table, with_iso
+from fleettool.model import who_acts
 
 VERBS = {
     "status": None,
@@ -88,7 +88,7 @@ def register(app: typer.Typer) -> None:
                         store,
                         name,
                         str(VERBS[action]),
-                        who=by or os.environ.get("USER") or "unknown",
+                        who=by or who_acts(),
                         reason=reason,
                         now=time.time(),
                         k8s=k8s,

@@ -3,7 +3,6 @@ lifecycle state and audit; c/b/h move it through the lifecycle."""
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -12,6 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Static
 
+from fleettool.model import who_acts
 from fleettool.tui.messages import NodeLoaded
 from fleettool.tui.screens.base import DataScreen
 from fleettool.tui.tables import fill
@@ -118,7 +118,7 @@ class NodeScreen(DataScreen):
                     store,
                     self.node,
                     to,
-                    who=os.environ.get("USER") or "tui",
+                    who=who_acts(),
                     reason="from the TUI",
                     now=time.time(),
                     run=False,
