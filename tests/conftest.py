@@ -42,3 +42,15 @@ def run_cli(
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
     )
+
+
+def promtool_or_skip() -> str:
+    """promtool's path; a skip where it is not installed, but never in CI (.ci/run installs Debian's
+    prometheus package, so there a missing promtool is a failure, not a silent skip)."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        assert os.environ.get("CI") != "true", (
+            "CI installs Debian's prometheus package: promtool must be there"
+        )
+        pytest.skip("promtool not installed (apt-get install prometheus)")
+    return promtool

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fleettool.store import Store
-from tests.conftest import H200, run_cli
+from tests.conftest import H200, promtool_or_skip, run_cli
 
 
 def _start(*args: str) -> subprocess.Popen[str]:
@@ -279,14 +279,7 @@ def test_record_then_replay_round_trip(tmp_path: Path) -> None:
 
 
 def test_recording_is_valid_openmetrics_for_promtool(tmp_path: Path) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        assert os.environ.get("CI") != "true", (
-            "CI installs Debian's prometheus package: promtool must be there"
-        )
-        import pytest
-
-        pytest.skip("promtool not installed (apt-get install prometheus)")
+    promtool = promtool_or_skip()
     import gzip
 
     om = tmp_path / "h200.om"

@@ -88,6 +88,20 @@ def _metrics_with(port: int, needle: bytes) -> bytes | None:
     return b if needle in b else None
 
 
+def _fleettool() -> list[str]:
+    exe = shutil.which("fleettool")
+    return [exe] if exe else [sys.executable, "-m", "fleettool"]
+
+
+def _fake_agent(db: Path, mport: int, inject: str, duration: str, *more: str) -> list[str]:
+    """The argv of a 4-GPU fake-source agent serving /metrics on loopback, with no kernel log or dcgm-exporter."""
+    return [
+        *_fleettool(), "agent", "--source", "fake", "--gpus", "4", "--inject", inject, "--db", str(db),
+        "--metrics-port", str(mport), "--metrics-addr", "127.0.0.1", "--flush", "2s", "--duration", duration,
+        "--kmsg", "off", "--dcgm-exporter", "off", "--quiet", *more,
+    ]  # fmt: skip
+
+
 def _promtool_findings(body: bytes) -> tuple[int, list[str]]:
     chk = subprocess.run([PROMTOOL or "promtool", "check", "metrics"], input=body, capture_output=True)
     return chk.returncode, (chk.stdout + chk.stderr).decode().splitlines()
@@ -99,11 +113,11 @@ def test_promtool_finds_nothing_but_dcgm_exporters_camel_case_model_name(tmp_pat
     with the label renamed the same body is clean."""
     assert PROMTOOL, "promtool is required in CI"
     mport = _port()
-    exe = shutil.which("fleettool")
-    base = [exe] if exe else [sys.executable, "-m", "fleettool"]
     args = ["--source", "fake", "--gpus", "2", "--db", str(tmp_path / "a.duckdb"), "--kmsg", "off"]
     args += ["--dcgm-exporter", "off", "--metrics-port", str(mport), "--duration", "40s", "--quiet"]
-    agent = subprocess.Popen([*base, "agent", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agent = subprocess.Popen(
+        [*_fleettool(), "agent", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         body = _wait(lambda: _metrics_with(mport, b"fleettool_gpu_info{"), 30, "the agent's GPU inventory")
     finally:
@@ -122,36 +136,8 @@ def test_promtool_finds_nothing_but_dcgm_exporters_camel_case_model_name(tmp_pat
 def test_prometheus_scrapes_the_agent_and_loads_the_rules(tmp_path: Path) -> None:
     assert PROM and PROMTOOL, "prometheus/promtool are required in CI"
     mport, pport = _port(), _port()
-    exe = shutil.which("fleettool")
-    base = [exe] if exe else [sys.executable, "-m", "fleettool"]
     agent = subprocess.Popen(
-        [
-            *base,
-            "agent",
-            "--source",
-            "fake",
-            "--gpus",
-            "4",
-            "--node",
-            DCGM_HOST,
-            "--inject",
-            "thermal@gpu=1",
-            "--db",
-            str(tmp_path / "a.duckdb"),
-            "--metrics-port",
-            str(mport),
-            "--metrics-addr",
-            "127.0.0.1",
-            "--flush",
-            "2s",
-            "--duration",
-            "60s",
-            "--kmsg",
-            "off",
-            "--dcgm-exporter",
-            "off",
-            "--quiet",
-        ],
+        _fake_agent(tmp_path / "a.duckdb", mport, "thermal@gpu=1", "60s", "--node", DCGM_HOST),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -174,7 +160,9 @@ def test_prometheus_scrapes_the_agent_and_loads_the_rules(tmp_path: Path) -> Non
         )
         rules = tmp_path / "rules.yml"
         r = subprocess.run(
-            [*base, "rules", "export", "--prometheus", "-o", str(rules)], capture_output=True, text=True
+            [*_fleettool(), "rules", "export", "--prometheus", "-o", str(rules)],
+            capture_output=True,
+            text=True,
         )
         assert r.returncode == 0, r.stderr
         cfg = tmp_path / "prometheus.yml"
@@ -247,8 +235,7 @@ class _Stack:
         self.tmp = tmp_path
         self.eval_s = eval_s
         self.mport, self.pport = _port(), _port()
-        exe = shutil.which("fleettool")
-        self.base = [exe] if exe else [sys.executable, "-m", "fleettool"]
+        self.base = _fleettool()
         self.api = f"http://127.0.0.1:{self.pport}/api/v1"
         self.procs: list[subprocess.Popen] = []  # type: ignore[type-arg]
         self.inject = inject
@@ -256,31 +243,7 @@ class _Stack:
     def __enter__(self) -> _Stack:
         self.procs.append(
             subprocess.Popen(
-                [
-                    *self.base,
-                    "agent",
-                    "--source",
-                    "fake",
-                    "--gpus",
-                    "4",
-                    "--inject",
-                    self.inject,
-                    "--db",
-                    str(self.tmp / "a.duckdb"),
-                    "--metrics-port",
-                    str(self.mport),
-                    "--metrics-addr",
-                    "127.0.0.1",
-                    "--flush",
-                    "2s",
-                    "--duration",
-                    "90s",
-                    "--kmsg",
-                    "off",
-                    "--dcgm-exporter",
-                    "off",
-                    "--quiet",
-                ],
+                _fake_agent(self.tmp / "a.duckdb", self.mport, self.inject, "90s"),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )

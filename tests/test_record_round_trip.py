@@ -12,15 +12,12 @@ import dataclasses
 import gzip
 import json
 import math
-import os
 import re
-import shutil
 import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -37,7 +34,8 @@ from fleettool.recording.identify import identify_bytes
 from fleettool.recording.writer import RecordingWriter
 from fleettool.sources.fake import FakeSource, parse_injection
 from fleettool.store import Store
-from tests.conftest import H200, run_cli
+from tests.conftest import H200, promtool_or_skip, run_cli
+from tests.test_agent_live import Clock
 
 NODE = "gpu-9"
 T0 = 1_800_000_000.123456  # a fraction of a second: the recording keeps event times to the microsecond
@@ -61,21 +59,6 @@ KERNEL_LINES = [
 # later, and a read that fails (an nvml-error that is no XID)
 INJECT = ["xid:79@gpu=1", "xid:48@gpu=0,after=2", "error@gpu=2,read=power,after=1"]
 COMPARED = "ts, node, kind, gpu, uuid, pci_bus_id, code, message, detail"
-
-
-class Clock:
-    def __init__(self, t: float) -> None:
-        self.wall, self.mono_t = t, 1000.0
-
-    def step(self, dt: float) -> None:
-        self.wall += dt
-        self.mono_t += dt
-
-    def now(self) -> float:
-        return self.wall
-
-    def mono(self) -> float:
-        return self.mono_t
 
 
 class ListSource:
@@ -123,7 +106,7 @@ def _record_live(tmp_path: Path) -> tuple[Path, Path]:
     for _ in range(5):
         ag.tick()
         assert ag.flush()
-        clk.step(1.000271)
+        clk.tick(1.000271)
     writer.write()
     return db, out
 
@@ -290,12 +273,7 @@ def test_the_events_file_is_told_by_its_content() -> None:
 
 def test_a_fresh_recording_backfills_into_prometheus(tmp_path: Path) -> None:
     """The GPU inventory's info family (fleettool_gpu_info) and the series: promtool takes the whole file."""
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        assert os.environ.get("CI") != "true", (
-            "CI installs Debian's prometheus package: promtool must be there"
-        )
-        pytest.skip("promtool not installed (apt-get install prometheus)")
+    promtool = promtool_or_skip()
     _, rec = _record_live(tmp_path)
     om = tmp_path / "nvml.om"
     om.write_bytes(gzip.decompress((rec / "nvml.om.gz").read_bytes()))
