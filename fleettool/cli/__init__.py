@@ -19,6 +19,7 @@ from fleettool.cli import (
     rules_cmd,
 )
 from fleettool.cli.exit_codes import EPILOG, ExitCode
+from fleettool.cli.stdout_pipe import flush_stdout, guard_stdout
 
 app = typer.Typer(
     name="fleettool",
@@ -74,16 +75,14 @@ def main() -> None:
     errors are one line (exit 2), commands `die` with their own line, and an unexpected exception, a bug,
     prints one line and exits 70 (FLEETTOOL_DEBUG=1 re-raises it for the traceback)."""
     import os
-    import signal
     import sys
 
     import typer.main
     from typer._click import exceptions as cx  # typer vendors click (pyproject pins a release that does)
 
-    # `fleettool rules list | head`: a reader that closes the pipe ends us quietly, as it ends any Unix tool
-    # (status 141 from the shell), not with click's exit 1, which means "found a failure"
-    if hasattr(signal, "SIGPIPE"):
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # `fleettool rules list | head` ends quietly with 141; SIGPIPE itself stays ignored, so a client of the
+    # agent that hangs up early cannot kill it (fleettool/cli/stdout_pipe.py)
+    guard_stdout()
     help_errors = tuple(c for c in (getattr(cx, "NoArgsIsHelpError", None),) if c is not None)
     debug = os.environ.get("FLEETTOOL_DEBUG", "") not in ("", "0")
     try:
@@ -110,4 +109,5 @@ def main() -> None:
             file=sys.stderr,
         )
         sys.exit(int(ExitCode.INTERNAL))
+    flush_stdout()
     sys.exit(rv if isinstance(rv, int) else 0)

@@ -15,6 +15,7 @@ from fleettool.collectors import registry
 
 if TYPE_CHECKING:
     from fleettool.collectors.base import Collector
+    from fleettool.export.web_config import WebConfig
     from fleettool.sources.base import GpuSource
 
 SourceOpt = Annotated[
@@ -68,6 +69,19 @@ def _gpu_source(
         what = "is a directory (give its nvml.om.gz)" if recording.is_dir() else "no such file"
         raise die(f"{recording}: {what} (--recording)", ExitCode.BAD_INPUT)
     return FakeSource(gpus=gpus, recording=recording, inject=faults, costs=fake_costs)
+
+
+def _web_config(path: Path | None) -> WebConfig | None:
+    """The metrics port's TLS and auth; a file that cannot be used stops the start (exit 3, file:line)."""
+    if path is None:
+        return None
+    from fleettool.export.metrics_server import PROBE_PATHS
+    from fleettool.export.web_config import WebConfigError, load
+
+    try:
+        return load(path, PROBE_PATHS)
+    except WebConfigError as e:
+        raise die(f"{e} (--web-config-file)", ExitCode.BAD_INPUT) from None
 
 
 def _selected(
@@ -167,6 +181,14 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(help="address for /metrics (loopback unless given; 0.0.0.0 for every interface)"),
         ] = "127.0.0.1",
+        web_config_file: Annotated[
+            Path | None,
+            typer.Option(
+                help="TLS and basic auth for the metrics port, in the format of the Prometheus exporters' "
+                "--web.config.file (tls_server_config, basic_auth_users with bcrypt hashes); /healthz and "
+                "/readyz are answered without auth",
+            ),
+        ] = None,
         duration: Annotated[
             str | None, typer.Option(help="stop after this long (default: run until SIGTERM)")
         ] = None,
@@ -217,6 +239,7 @@ def register(app: typer.Typer) -> None:
 
             scheduler = RuleScheduler(_load(rules))
         ag = Agent(cfg, collectors, scheduler=scheduler)
+        web = _web_config(web_config_file)
         if metrics_port is not None:
             from fleettool.agent.health import liveness, readiness
             from fleettool.export.metrics_server import AgentMetrics, serve
@@ -233,6 +256,7 @@ def register(app: typer.Typer) -> None:
                         lambda: dict(ag.gpus),
                     ),
                     {"/healthz": lambda: liveness(ag), "/readyz": lambda: readiness(ag)},
+                    web=web,
                 )
             except OSError as e:
                 why = (

@@ -15,22 +15,21 @@ series (value 1) to join on, as `kube_pod_info` is used.
 
 The port also answers the probes: GET /healthz and /readyz return 200 with one line saying why, or 503 with
 the line saying what is wrong; the agent decides (fleettool/agent/health.py). Any other path is 404, so a
-misspelt probe path fails instead of passing on the metrics page.
+misspelt probe path fails instead of passing on the metrics page. How the port survives its clients (timeouts,
+a connection cap, single-flight renders) is fleettool/export/http.py; TLS and basic auth, web_config.py.
 """
 
 from __future__ import annotations
 
 import platform
-import socket
-import threading
 from collections.abc import Callable, Iterator, Mapping
-from socketserver import ThreadingMixIn
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from fleettool import __version__
+from fleettool.export.http import HttpServer, Limits, Probe
+from fleettool.export.web_config import WebConfig, check_password
 from fleettool.metrics import METRICS, prom_spec
 from fleettool.model import GpuInfo
 
@@ -38,7 +37,6 @@ Latest = dict[tuple[str, int | None, str | None, str], float]
 Counts = dict[tuple[str, int | None], int]
 Alerts = list[dict[str, object]]
 Gpus = Mapping[int, GpuInfo]
-Probe = Callable[[], tuple[bool, str]]  # (healthy, one line saying why)
 
 HOST = "Hostname"  # dcgm-exporter's node label (it has been `Hostname` in every release to 2025)
 DRIVER = "DCGM_FI_DRIVER_VERSION"  # dcgm-exporter puts the driver version on each series under its field name
@@ -167,54 +165,48 @@ class AgentMetrics(Collector):
         yield info
 
 
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
-        pass  # a scrape every few seconds must not fill the agent's log
-
-
-class _ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True  # a scrape in progress never holds up the agent's exit
-
-
-def app(registry: CollectorRegistry, probes: Mapping[str, Probe]) -> Callable[..., list[bytes]]:
-    """The WSGI app: /metrics, the probe paths, 404 for anything else."""
-    from prometheus_client import make_wsgi_app
-
-    metrics = make_wsgi_app(registry)
-    index = (
-        "fleettool agent " + __version__ + "\n" + "".join(f"{p}\n" for p in ("/metrics", *sorted(probes)))
-    ).encode()
-
-    def route(environ: dict[str, object], start_response: Callable[..., object]) -> list[bytes]:
-        path = str(environ.get("PATH_INFO") or "/")
-        if path == "/metrics":
-            return list(metrics(environ, start_response))
-        if path in probes:
-            ok, why = probes[path]()
-            body = f"{'ok' if ok else 'not ok'}: {why}\n".encode()
-            status = "200 OK" if ok else "503 Service Unavailable"
-        elif path == "/":
-            status, body = "200 OK", index
-        else:
-            status, body = (
-                "404 Not Found",
-                f"no {path} here: try /metrics, {', '.join(sorted(probes))}\n".encode(),
-            )
-        start_response(status, [("Content-Type", "text/plain; charset=utf-8"), ("Cache-Control", "no-store")])
-        return [body]
-
-    return route
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 
 
 def serve(
-    port: int, addr: str, metrics: AgentMetrics, probes: Mapping[str, Probe] | None = None
-) -> WSGIServer:
+    port: int,
+    addr: str,
+    metrics: AgentMetrics,
+    probes: Mapping[str, Probe] | None = None,
+    limits: Limits | None = None,
+    web: WebConfig | None = None,
+) -> HttpServer:
     """Bind `addr:port` now (an OSError when it cannot be: the caller names the port) and answer on a daemon
-    thread. Returns the server (`shutdown()` stops it)."""
+    thread (fleettool/export/http.py: bounded connections, timeouts, single-flight renders). Returns the server
+    (`shutdown()` stops it)."""
+    from prometheus_client.exposition import choose_encoder
+
+    probes = dict(probes or {})
     reg = CollectorRegistry()
     reg.register(metrics)
-    family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0][0]  # "::" is IPv6, "0.0.0.0" IPv4
-    server_cls = type("MetricsServer", (_ThreadingServer,), {"address_family": family})
-    httpd: WSGIServer = make_server(addr, port, app(reg, probes or {}), server_cls, handler_class=_Quiet)
-    threading.Thread(target=httpd.serve_forever, name="metrics-server", daemon=True).start()
-    return httpd
+    server: HttpServer | None = None
+
+    class _ServerCounts(Collector):
+        def collect(self) -> Iterator[Metric]:
+            if server is not None:
+                yield from server.counts.metrics({HOST: metrics.node})
+
+    reg.register(_ServerCounts())
+
+    def render(accept: str) -> tuple[bytes, str]:
+        encoder, ctype = choose_encoder(accept)
+        return encoder(reg), ctype
+
+    index = "fleettool agent " + __version__ + "\n" + "".join(f"{p}\n" for p in ("/metrics", *sorted(probes)))
+    server = HttpServer(
+        addr,
+        port,
+        render,
+        probes,
+        index.encode(),
+        limits=limits,
+        tls=web.tls if web else None,
+        auth=web.auth if web else None,
+        check_password=check_password,
+    )
+    return server
