@@ -11,6 +11,7 @@ import functools
 import json
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -58,6 +59,22 @@ def _kustomize(folder: str) -> str:
 def kustomize(folder: str = "") -> list[dict[str, Any]]:
     """The objects `kubectl apply -k deploy/kubernetes[/FOLDER]` sends (FOLDER: burnin, burnin-cordon)."""
     return load_all(_kustomize(str(K8S / folder) if folder else str(K8S)))
+
+
+def kustomize_with(tmp: Path, *components: str) -> list[dict[str, Any]]:
+    """The base with components of deploy/kubernetes/components (names), through an overlay in tmp, as a fleet's
+    overlay takes them in."""
+    (tmp / "deploy").symlink_to(ROOT / "deploy")
+    (tmp / "overlay").mkdir()
+    (tmp / "overlay" / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": ["../deploy/kubernetes"],
+                "components": [f"../deploy/kubernetes/components/{c}" for c in components],
+            }
+        )
+    )
+    return load_all(_kustomize(str(tmp / "overlay")))
 
 
 def helm_render(values: dict[str, Any] | None = None, namespace: str = "fleettool") -> dict[str, str]:

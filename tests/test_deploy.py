@@ -31,6 +31,7 @@ from tests.deploy_render import (
     containers,
     ingress_admits,
     kustomize,
+    kustomize_with,
     load_all,
     one,
     selects,
@@ -235,6 +236,39 @@ def test_least_privilege() -> None:
     assert pod["automountServiceAccountToken"] is False
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     assert mounts["/var/lib/kubelet/pod-resources"]["readOnly"] is True
+
+
+def test_with_a_kmsg_device_plugin_the_agent_is_not_privileged(tmp_path: Path) -> None:
+    """The kmsg-device component: /dev/kmsg from a device plugin's resource, so the agent keeps the kernel log
+    without `privileged`: uid 0 with every capability dropped but SYSLOG, no escalation, seccomp RuntimeDefault,
+    no /dev/kmsg hostPath. Beyond Baseline only SYSLOG and the database's hostPath remain."""
+    objs = kustomize_with(tmp_path, "kmsg-device")
+    assert validate(objs) == len(objs)
+    agent = one(objs, "DaemonSet", "fleettool-agent")
+    (c,) = containers(agent)
+    assert c["securityContext"] == {
+        "runAsUser": 0,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "capabilities": {"drop": ["ALL"], "add": ["SYSLOG"]},
+    }
+    assert c["resources"]["limits"]["squat.ai/kmsg"] == 1 and "--kmsg=/dev/kmsg" in c["args"]
+    pod = agent["spec"]["template"]["spec"]
+    assert [v["name"] for v in pod["volumes"] if "hostPath" in v] == ["db"]
+    assert "/dev/kmsg" not in {m["mountPath"] for m in c["volumeMounts"]}
+    assert {(v.control, v.field) for v in violations(agent, "baseline")} == {
+        ("Capabilities", "spec.containers[agent].securityContext.capabilities.add"),  # SYSLOG
+        ("HostPath Volumes", "spec.volumes[db].hostPath"),
+    }
+    assert [str(v) for v in violations(agent, "baseline") if v.control == "Capabilities"] == [
+        "Capabilities: spec.containers[agent].securityContext.capabilities.add='SYSLOG'"
+    ]
+    # the rest of the base is as it was
+    base = kustomize()
+    assert [d for d in objs if d["metadata"]["name"] != "fleettool-agent"] == [
+        d for d in base if d["metadata"]["name"] != "fleettool-agent"
+    ]
 
 
 # The API calls of each kubectl command the burn-in dispatcher runs (fleettool/burnin/dispatch.py), as

@@ -55,6 +55,7 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], str]] = {
         },
         "privileged",
     ),
+    "kmsg-device": ({"agent": {"kernelLog": "device"}}, "privileged"),
     "gpu-operator-dcgm": (
         {
             "agent": {"expectGpus": 8},
@@ -445,3 +446,23 @@ def test_burnin_jobs_run_in_a_restricted_namespace_and_cordoning_is_asked_for() 
     assert one(objs, "Role", "-burnin-jobs")["metadata"]["namespace"] == "gpu-burnin"
     err = helm_error({"burnin": {"namespace": "fleettool"}})
     assert 'burnin.namespace "fleettool" is the release\'s namespace' in err
+
+
+def test_kernel_log_from_a_device_plugin_is_the_kustomize_component(tmp_path: Path) -> None:
+    """agent.kernelLog=device renders the agent deploy/kubernetes/components/kmsg-device makes: not privileged,
+    SYSLOG only, the plugin's resource requested (agent.kmsgDevice.resource)."""
+    from tests.deploy_render import kustomize_with
+
+    chart = one(render(VALUE_SETS["kmsg-device"][0], create_ns=False), "DaemonSet", "-agent")
+    base = one(kustomize_with(tmp_path, "kmsg-device"), "DaemonSet", "fleettool-agent")
+    (cc,), (bc,) = containers(chart), containers(base)
+    assert cc["securityContext"] == bc["securityContext"] and cc["securityContext"].get("privileged") is None
+    assert cc["resources"] == bc["resources"]
+    assert cc["volumeMounts"] == bc["volumeMounts"]
+    assert chart["spec"]["template"]["spec"]["volumes"] == base["spec"]["template"]["spec"]["volumes"]
+    assert "--kmsg=/dev/kmsg" in cc["args"]
+    c = agent_container(
+        render({"agent": {"kernelLog": "device", "kmsgDevice": {"resource": "example.com/kmsg"}}})
+    )
+    assert c["resources"]["limits"] == {"memory": "256Mi", "example.com/kmsg": 1}
+    assert "/agent/kernelLog" in helm_error({"agent": {"kernelLog": "devices"}})
