@@ -11,6 +11,7 @@ import functools
 import json
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,18 +47,34 @@ def load_all(text: str) -> list[dict[str, Any]]:
 
 
 @functools.cache
-def _kustomize() -> str:
+def _kustomize(folder: str) -> str:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        pytest.skip("kubectl is not installed: `kubectl kustomize deploy/kubernetes` cannot be rendered here")
-    r = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=120)
+        pytest.skip(f"kubectl is not installed: `kubectl kustomize {folder}` cannot be rendered here")
+    r = subprocess.run([kubectl, "kustomize", folder], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     return r.stdout
 
 
-def kustomize() -> list[dict[str, Any]]:
-    """The objects `kubectl apply -k deploy/kubernetes` sends."""
-    return load_all(_kustomize())
+def kustomize(folder: str = "") -> list[dict[str, Any]]:
+    """The objects `kubectl apply -k deploy/kubernetes[/FOLDER]` sends (FOLDER: burnin, burnin-cordon)."""
+    return load_all(_kustomize(str(K8S / folder) if folder else str(K8S)))
+
+
+def kustomize_with(tmp: Path, *components: str) -> list[dict[str, Any]]:
+    """The base with components of deploy/kubernetes/components (names), through an overlay in tmp, as a fleet's
+    overlay takes them in."""
+    (tmp / "deploy").symlink_to(ROOT / "deploy")
+    (tmp / "overlay").mkdir()
+    (tmp / "overlay" / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": ["../deploy/kubernetes"],
+                "components": [f"../deploy/kubernetes/components/{c}" for c in components],
+            }
+        )
+    )
+    return load_all(_kustomize(str(tmp / "overlay")))
 
 
 def helm_render(values: dict[str, Any] | None = None, namespace: str = "fleettool") -> dict[str, str]:
@@ -155,3 +172,71 @@ def validate(objs: list[dict[str, Any]]) -> int:
         assert api_refusals(d) == [], (name, api_refusals(d))
         n += 1
     return n
+
+
+def selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    """A Kubernetes label selector (matchLabels and matchExpressions) against labels; {} selects everything."""
+    sel = selector or {}
+    if any(labels.get(k) != v for k, v in (sel.get("matchLabels") or {}).items()):
+        return False
+    for e in sel.get("matchExpressions") or []:
+        key, op, values = e["key"], e["operator"], e.get("values") or []
+        ok = {
+            "In": key in labels and labels[key] in values,
+            "NotIn": not (key in labels and labels[key] in values),
+            "Exists": key in labels,
+            "DoesNotExist": key not in labels,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
+def ingress_admits(
+    policies: list[dict[str, Any]],
+    pod: dict[str, Any],
+    source: tuple[str, dict[str, str], dict[str, str]],
+    port: int,
+) -> bool:
+    """Whether NetworkPolicies (the API's semantics) admit TCP to `port` of the pod a workload makes, from a pod
+    in another place: source = (its namespace's name, that namespace's labels, the pod's labels). A pod no policy
+    selects is not isolated; one that is admits what some rule of a selecting policy admits. A peer with a
+    namespaceSelector matches pods of the namespaces it selects, one without it pods of the policy's namespace;
+    ipBlocks match no pod here (they name addresses)."""
+    ns = pod["metadata"]["namespace"]
+    tpl = pod["spec"]["template"]
+    named = {
+        p["name"]: p["containerPort"] for c in containers(pod) for p in c.get("ports", []) if "name" in p
+    }
+    src_ns, src_ns_labels, src_labels = source
+    mine = [
+        p
+        for p in policies
+        if p["metadata"]["namespace"] == ns
+        and "Ingress" in p["spec"].get("policyTypes", ["Ingress"])
+        and selects(p["spec"]["podSelector"], tpl["metadata"]["labels"])
+    ]
+    if not mine:
+        return True
+
+    def peer_ok(peer: dict[str, Any], policy_ns: str) -> bool:
+        if "ipBlock" in peer:
+            return False
+        if "namespaceSelector" in peer:
+            in_ns = selects(peer["namespaceSelector"], src_ns_labels)
+        else:
+            in_ns = src_ns == policy_ns
+        return in_ns and ("podSelector" not in peer or selects(peer["podSelector"], src_labels))
+
+    def port_ok(p: dict[str, Any]) -> bool:
+        want = p.get("port")
+        return p.get("protocol", "TCP") == "TCP" and (
+            want is None or want == port or named.get(str(want)) == port
+        )
+
+    for policy in mine:
+        for rule in policy["spec"].get("ingress") or []:
+            peers, ports = rule.get("from") or [], rule.get("ports") or []
+            if (not peers or any(peer_ok(x, ns) for x in peers)) and (not ports or any(map(port_ok, ports))):
+                return True
+    return False

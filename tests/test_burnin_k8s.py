@@ -123,7 +123,8 @@ def test_a_failed_job_still_gives_its_report_and_a_job_that_never_ends_is_named(
     )
     assert run_k8s(failed, 5, kubectl=str(kube), poll_s=0.01)["job"] == failed["metadata"]["name"]
     with pytest.raises(
-        DispatchError, match=rf"job/{hung['metadata']['name']} in fleettool has not finished after 0.2s"
+        DispatchError,
+        match=rf"job/{hung['metadata']['name']} in fleettool-burnin has not finished after 0.2s",
     ):
         run_k8s(hung, 0.2, kubectl=str(kube), poll_s=0.02)
 
@@ -154,3 +155,38 @@ def test_job_outcome_reads_conditions_then_counts() -> None:
         == "Failed"
     )
     assert job_outcome({"succeeded": 1}) == "Complete" and job_outcome({"failed": 1}) == "Failed"
+
+
+def test_the_job_meets_restricted_with_the_gpus_from_the_device_plugin() -> None:
+    """The burn-in Job is admitted by a namespace that enforces Pod Security `restricted` (the burn-in namespace
+    of deploy/, so that the right to create Jobs there is not root on a node): non-root, no escalation, every
+    capability dropped, seccomp RuntimeDefault. The GPUs come from the device plugin (nvidia.com/gpu), which
+    restricted allows; nothing privileged, no host path, and no API token (the burn-in calls no API)."""
+    from tests.pod_security import least_level, violations
+
+    job = k8s_job("gpu-17", ["--duration", "30s"], image="img", gpus=8)
+    kv = pytest.importorskip("kubernetes_validate")
+    kv.validate(job, kv.utils.latest_version(), strict=True)
+    assert [str(v) for v in violations(job, "restricted")] == []
+    assert least_level(job) == "restricted"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    (c,) = pod["containers"]
+    assert c["resources"]["limits"] == {"nvidia.com/gpu": 8}
+    assert c["securityContext"].get("privileged") is not True
+    # the check can fail: without the seccomp profile the Job is Baseline only
+    pod["securityContext"].pop("seccompProfile")
+    assert [v.control for v in violations(job, "restricted")] == ["Seccomp"]
+
+
+def test_the_printed_job_is_the_one_restricted_admits() -> None:
+    """`fleettool burnin --via k8s --print-job` (a real process) prints that Job, in the burn-in namespace."""
+    from tests.conftest import run_cli
+    from tests.pod_security import violations
+
+    r = run_cli("burnin", "--node", "gpu-17", "--via", "k8s", "--print-job", "--image", "reg/fleettool:1")
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout)
+    assert violations(job, "restricted") == []
+    assert job["metadata"]["namespace"] == "fleettool-burnin"

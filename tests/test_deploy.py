@@ -24,7 +24,19 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.deploy_render import CHART, K8S, api_refusals, containers, kustomize, load_all, one, validate
+from tests.deploy_render import (
+    CHART,
+    K8S,
+    api_refusals,
+    containers,
+    ingress_admits,
+    kustomize,
+    kustomize_with,
+    load_all,
+    one,
+    selects,
+    validate,
+)
 from tests.pod_security import least_level, namespace_level, violations
 
 
@@ -56,14 +68,20 @@ def test_kustomize_renders_and_every_object_validates() -> None:
     objs = kustomize()
     kinds = sorted(d["kind"] for d in objs)
     assert kinds == sorted(
-        ["Namespace", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding", "ClusterRole"]
-        + ["ClusterRoleBinding", "ConfigMap", "Service", "Service", "Service", "DaemonSet", "DaemonSet"]
-        + ["ServiceMonitor", "ServiceMonitor"]
+        ["Namespace", "ServiceAccount", "ConfigMap", "Service", "Service", "Service", "DaemonSet"]
+        + ["DaemonSet", "ServiceMonitor", "ServiceMonitor", "NetworkPolicy"]
     )
     for d in objs:
-        if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+        if d["kind"] != "Namespace":
             assert d["metadata"]["namespace"] == "fleettool", d["metadata"]["name"]
     assert validate(objs) == len(objs)
+    # the burn-in's namespace and RBAC, without and with the cordon component
+    burnin, cordon = kustomize("burnin"), kustomize("burnin-cordon")
+    assert sorted(d["kind"] for d in burnin) == ["Namespace", "Role", "RoleBinding", "ServiceAccount"]
+    assert sorted(d["kind"] for d in cordon) == sorted(
+        [d["kind"] for d in burnin] + ["ClusterRole", "ClusterRoleBinding"]
+    )
+    assert validate(burnin) + validate(cordon) == len(burnin) + len(cordon)
     agent = one(objs, "DaemonSet", "fleettool-agent")
     (c,) = containers(agent)
     assert c["image"] == "ghcr.io/fleettool/fleettool:0.1.0"
@@ -220,6 +238,39 @@ def test_least_privilege() -> None:
     assert mounts["/var/lib/kubelet/pod-resources"]["readOnly"] is True
 
 
+def test_with_a_kmsg_device_plugin_the_agent_is_not_privileged(tmp_path: Path) -> None:
+    """The kmsg-device component: /dev/kmsg from a device plugin's resource, so the agent keeps the kernel log
+    without `privileged`: uid 0 with every capability dropped but SYSLOG, no escalation, seccomp RuntimeDefault,
+    no /dev/kmsg hostPath. Beyond Baseline only SYSLOG and the database's hostPath remain."""
+    objs = kustomize_with(tmp_path, "kmsg-device")
+    assert validate(objs) == len(objs)
+    agent = one(objs, "DaemonSet", "fleettool-agent")
+    (c,) = containers(agent)
+    assert c["securityContext"] == {
+        "runAsUser": 0,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "capabilities": {"drop": ["ALL"], "add": ["SYSLOG"]},
+    }
+    assert c["resources"]["limits"]["squat.ai/kmsg"] == 1 and "--kmsg=/dev/kmsg" in c["args"]
+    pod = agent["spec"]["template"]["spec"]
+    assert [v["name"] for v in pod["volumes"] if "hostPath" in v] == ["db"]
+    assert "/dev/kmsg" not in {m["mountPath"] for m in c["volumeMounts"]}
+    assert {(v.control, v.field) for v in violations(agent, "baseline")} == {
+        ("Capabilities", "spec.containers[agent].securityContext.capabilities.add"),  # SYSLOG
+        ("HostPath Volumes", "spec.volumes[db].hostPath"),
+    }
+    assert [str(v) for v in violations(agent, "baseline") if v.control == "Capabilities"] == [
+        "Capabilities: spec.containers[agent].securityContext.capabilities.add='SYSLOG'"
+    ]
+    # the rest of the base is as it was
+    base = kustomize()
+    assert [d for d in objs if d["metadata"]["name"] != "fleettool-agent"] == [
+        d for d in base if d["metadata"]["name"] != "fleettool-agent"
+    ]
+
+
 # The API calls of each kubectl command the burn-in dispatcher runs (fleettool/burnin/dispatch.py), as
 # (API group, resource, verb). `create -f -` of a Job: create; `get job/N -o json` (the poll): get; `logs job/N`:
 # get the Job, list its pods, get the pod's log; `cordon`/`uncordon N`: get the node, patch spec.unschedulable.
@@ -247,17 +298,9 @@ def kubectl_commands(path: Any) -> set[str]:
     return found
 
 
-def test_burnin_rbac_is_exactly_what_its_kubectl_calls_need() -> None:
-    used = kubectl_commands(ROOT / "fleettool" / "burnin" / "dispatch.py") & (
-        set(KUBECTL_CALLS)
-        | {"delete", "patch", "label", "taint", "drain", "exec", "apply", "wait", "annotate"}
-    )
-    assert used == set(KUBECTL_CALLS), (
-        f"dispatch.py runs kubectl {sorted(used)}: update KUBECTL_CALLS and rbac.yaml"
-    )
-    need = set().union(*KUBECTL_CALLS.values())
+def _grants(objs: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
     granted = set()
-    for _, d in docs():
+    for d in objs:
         if d["kind"] in ("Role", "ClusterRole"):
             for rule in d["rules"]:
                 assert not rule.get("resourceNames")
@@ -266,16 +309,79 @@ def test_burnin_rbac_is_exactly_what_its_kubectl_calls_need() -> None:
                         for v in rule["verbs"]:
                             granted.add((g, res, v))
                             assert "*" not in (g, res, v)
+    return granted
+
+
+def test_burnin_rbac_is_exactly_what_its_kubectl_calls_need() -> None:
+    used = kubectl_commands(ROOT / "fleettool" / "burnin" / "dispatch.py") & (
+        set(KUBECTL_CALLS)
+        | {"delete", "patch", "label", "taint", "drain", "exec", "apply", "wait", "annotate"}
+    )
+    assert used == set(KUBECTL_CALLS), (
+        f"dispatch.py runs kubectl {sorted(used)}: update KUBECTL_CALLS and deploy/kubernetes/burnin"
+    )
+    # the agent's base grants nothing: no Role, no binding, no token
+    assert not [
+        d for d in kustomize() if d["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+    ]
+    # with the cordon component: exactly what the kubectl calls need
+    with_cordon = kustomize("burnin-cordon")
+    need = set().union(*KUBECTL_CALLS.values())
+    granted = _grants(with_cordon)
     assert granted == need, {"missing": need - granted, "more than needed": granted - need}
-    roles = {d["metadata"]["name"]: d for _, d in docs() if d["kind"] in ("Role", "ClusterRole")}
+    roles = {d["metadata"]["name"]: d for d in with_cordon if d["kind"] in ("Role", "ClusterRole")}
+    assert roles["fleettool-cordon"]["kind"] == "ClusterRole"
     assert {r["resources"][0] for r in roles["fleettool-cordon"]["rules"]} == {
         "nodes"
     }  # cluster-wide: nodes only
-    assert roles["fleettool-burnin-jobs"]["kind"] == "Role"  # jobs and pods: this namespace only
-    for d in (d for _, d in docs() if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
+    assert roles["fleettool-burnin-jobs"]["kind"] == "Role"  # jobs and pods: the burn-in's namespace only
+    for d in (d for d in with_cordon if d["kind"] in ("RoleBinding", "ClusterRoleBinding")):
         assert d["subjects"] == [
-            {"kind": "ServiceAccount", "name": "fleettool-burnin", "namespace": "fleettool"}
+            {"kind": "ServiceAccount", "name": "fleettool-burnin", "namespace": "fleettool-burnin"}
         ]
+    # without it (the default): no cluster-wide grant, nothing on nodes
+    burnin = kustomize("burnin")
+    assert not [d for d in burnin if d["kind"].startswith("Cluster")]
+    assert _grants(burnin) == need - KUBECTL_CALLS["cordon"] - KUBECTL_CALLS["uncordon"]
+
+
+def test_burnin_jobs_go_to_a_restricted_namespace_the_job_meets() -> None:
+    """Creating Jobs in the agent's privileged namespace would be root on any node: the burn-in's Role is in a
+    namespace of its own that enforces restricted, the one `fleettool burnin --via k8s` sends its Job to by
+    default, and that Job passes it."""
+    from fleettool.burnin.dispatch import k8s_job
+
+    burnin = kustomize("burnin")
+    ns = one(burnin, "Namespace")
+    assert namespace_level(ns) == "restricted"
+    assert namespace_level(one(kustomize(), "Namespace")) == "privileged"  # the agent's: why apart
+    role = one(burnin, "Role", "fleettool-burnin-jobs")
+    assert role["metadata"]["namespace"] == ns["metadata"]["name"] == "fleettool-burnin"
+    job = k8s_job("gpu-17", [], image="ghcr.io/fleettool/fleettool:0.1.0")
+    assert job["metadata"]["namespace"] == role["metadata"]["namespace"]
+    assert violations(job, namespace_level(ns)) == []
+
+
+def test_only_prometheus_reaches_the_agents_port() -> None:
+    """The NetworkPolicy selects the agent's pods and admits to its metrics port only pods of the namespace
+    named monitoring; any other pod of the cluster, the agent's own namespace included, is refused. (The
+    kubelet's probes come from the node, which no policy can refuse: networkpolicy.yaml.)"""
+    objs = kustomize()
+    policies = [d for d in objs if d["kind"] == "NetworkPolicy"]
+    (np,) = policies
+    agent = one(objs, "DaemonSet", "fleettool-agent")
+    assert selects(np["spec"]["podSelector"], agent["spec"]["template"]["metadata"]["labels"])
+    assert np["spec"]["policyTypes"] == ["Ingress"]
+    (c,) = containers(agent)
+    (port,) = [p["containerPort"] for p in c["ports"] if p["name"] == "metrics"]
+    monitoring = ("monitoring", {"kubernetes.io/metadata.name": "monitoring"}, {"app": "prometheus"})
+    assert ingress_admits(policies, agent, monitoring, port)
+    for ns, pod in (("default", {"app": "prometheus"}), ("fleettool", {"app.kubernetes.io/name": "x"})):
+        assert not ingress_admits(policies, agent, (ns, {"kubernetes.io/metadata.name": ns}, pod), port), ns
+    assert not ingress_admits(policies, agent, monitoring, port + 1)  # the metrics port only
+    # the check can fail: without the policy, any pod reaches the port
+    anyone = ("default", {"kubernetes.io/metadata.name": "default"}, {})
+    assert ingress_admits([], agent, anyone, port)
 
 
 def test_agent_args_are_real_options() -> None:

@@ -24,8 +24,10 @@ from tests.deploy_render import (
     helm_error,
     helm_objects,
     helm_render,
+    ingress_admits,
     kustomize,
     one,
+    selects,
     validate,
 )
 from tests.pod_security import LEVELS, least_level, namespace_level, violations
@@ -53,6 +55,7 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], str]] = {
         },
         "privileged",
     ),
+    "kmsg-device": ({"agent": {"kernelLog": "device"}}, "privileged"),
     "gpu-operator-dcgm": (
         {
             "agent": {"expectGpus": 8},
@@ -100,7 +103,7 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], str]] = {
     "everything-on": (
         {
             "grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "GPUs"}},
-            "burnin": {"nodeNames": ["gpu-01", "gpu-02"]},
+            "burnin": {"cordon": True, "nodeNames": ["gpu-01", "gpu-02"]},
             "imagePullSecrets": [{"name": "regcred"}],
             "image": {"tag": "0.2.0"},
         },
@@ -111,6 +114,11 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], str]] = {
 
 def render(values: dict[str, Any], create_ns: bool = True) -> list[dict[str, Any]]:
     return helm_objects({**values, "namespace": {"create": create_ns}})
+
+
+def release_namespace(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    (ns,) = [d for d in objs if d["kind"] == "Namespace" and d["metadata"]["name"] == "fleettool"]
+    return ns
 
 
 def agent_container(objs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -128,7 +136,7 @@ def test_every_rendered_object_validates(name: str) -> None:
 def test_pods_meet_the_namespace_level_the_chart_declares_and_no_stricter(name: str) -> None:
     values, expected = VALUE_SETS[name]
     objs = render(values)
-    level = namespace_level(one(objs, "Namespace"))
+    level = namespace_level(release_namespace(objs))
     assert level == expected
     pods = [d for d in objs if d["kind"] == "DaemonSet"]
     assert pods
@@ -189,9 +197,20 @@ def test_the_defaults_render_what_the_kustomize_base_applies() -> None:
             assert cc.get(key) == bc.get(key), (ds, key)
         b_env = {e["name"]: e for e in bc["env"]}
         assert {e["name"]: e for e in cc["env"] if e["name"] != "HOME"} == b_env, ds
-    # the burn-in's grants
-    rules = {d["kind"]: d["rules"] for d in chart if d["kind"] in ("Role", "ClusterRole")}
-    assert rules == {d["kind"]: d["rules"] for d in base if d["kind"] in ("Role", "ClusterRole")}
+    # the burn-in's namespace and grants: deploy/kubernetes/burnin, and burnin-cordon with burnin.cordon
+    for values, folder in (({}, "burnin"), ({"burnin": {"cordon": True}}, "burnin-cordon")):
+        objs, kust = render(values, create_ns=False), kustomize(folder)
+        rules = {d["kind"]: d["rules"] for d in objs if d["kind"] in ("Role", "ClusterRole")}
+        assert rules == {d["kind"]: d["rules"] for d in kust if d["kind"] in ("Role", "ClusterRole")}, folder
+        ns, kns = one(objs, "Namespace"), one(kust, "Namespace")
+        assert ns["metadata"]["name"] == kns["metadata"]["name"] == "fleettool-burnin"
+        assert {k: v for k, v in ns["metadata"]["labels"].items() if k.startswith("pod-security")} == {
+            k: v for k, v in kns["metadata"]["labels"].items() if k.startswith("pod-security")
+        }
+    # the NetworkPolicy
+    (np,) = [d for d in chart if d["kind"] == "NetworkPolicy"]
+    (knp,) = [d for d in base if d["kind"] == "NetworkPolicy"]
+    assert np["spec"]["ingress"] == knp["spec"]["ingress"] and np["spec"]["policyTypes"] == ["Ingress"]
     assert one(chart, "Service", "-dcgm-local")["spec"]["internalTrafficPolicy"] == "Local"
 
 
@@ -361,3 +380,89 @@ def test_the_chart_lints_clean() -> None:
     assert report["errors"] == [], report
     # Helm's severities: 1 info, 2 warning, 3 error; the only info is the missing icon
     assert [m for m in report["messages"] if m["severity"] > 1] == [], report
+
+
+def test_the_network_policy_admits_the_prometheus_the_values_name() -> None:
+    def admits(objs: list[dict[str, Any]], ns: str, pod: dict[str, str], port: int = 9402) -> bool:
+        agent = one(objs, "DaemonSet", "-agent")
+        policies = [d for d in objs if d["kind"] == "NetworkPolicy"]
+        return ingress_admits(policies, agent, (ns, {"kubernetes.io/metadata.name": ns}, pod), port)
+
+    prom = {"app.kubernetes.io/name": "prometheus"}
+    objs = render({})
+    (np,) = [d for d in objs if d["kind"] == "NetworkPolicy"]
+    assert selects(
+        np["spec"]["podSelector"], one(objs, "DaemonSet", "-agent")["spec"]["template"]["metadata"]["labels"]
+    )
+    assert admits(objs, "monitoring", {}) and not admits(objs, "default", prom)
+    assert not admits(objs, "monitoring", {}, port=9400)
+    # another namespace and only the Prometheus pods of it; the port follows agent.port
+    objs = render(
+        {
+            "agent": {
+                "port": 9502,
+                "networkPolicy": {
+                    "prometheus": {
+                        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "prom"}},
+                        "podSelector": {"matchLabels": prom},
+                    }
+                },
+            }
+        }
+    )
+    assert admits(objs, "prom", prom, 9502)
+    assert not admits(objs, "prom", {"app": "grafana"}, 9502) and not admits(objs, "monitoring", prom, 9502)
+    # a hostNetwork Prometheus: an ipBlock of the nodes (matches no pod here), given as it is
+    objs = render({"agent": {"networkPolicy": {"extraFrom": [{"ipBlock": {"cidr": "10.0.0.0/16"}}]}}})
+    (np,) = [d for d in objs if d["kind"] == "NetworkPolicy"]
+    assert np["spec"]["ingress"][0]["from"][1] == {"ipBlock": {"cidr": "10.0.0.0/16"}}
+    assert validate([np]) == 1
+    # off: no policy, the port is open to every pod
+    objs = render({"agent": {"networkPolicy": {"enabled": False}}})
+    assert not [d for d in objs if d["kind"] == "NetworkPolicy"] and admits(objs, "default", {})
+    err = helm_error({"agent": {"networkPolicy": {"prometheus": {"namespaceSelector": {"matchlabels": {}}}}}})
+    assert "matchlabels" in err
+
+
+def test_burnin_jobs_run_in_a_restricted_namespace_and_cordoning_is_asked_for() -> None:
+    from fleettool.burnin.dispatch import k8s_job
+
+    objs = render({})
+    ns = one(objs, "Namespace", "-burnin")
+    assert namespace_level(ns) == "restricted" and namespace_level(release_namespace(objs)) == "privileged"
+    role = one(objs, "Role", "-burnin-jobs")
+    assert role["metadata"]["namespace"] == one(objs, "RoleBinding", "-burnin-jobs")["metadata"]["namespace"]
+    assert role["metadata"]["namespace"] == ns["metadata"]["name"]
+    job = k8s_job("gpu-17", [], image="img")  # the CLI's default --namespace
+    assert job["metadata"]["namespace"] == ns["metadata"]["name"] and violations(job, "restricted") == []
+    assert not [d for d in objs if d["kind"].startswith("Cluster")]  # nothing cluster-wide by default
+    objs = render({"burnin": {"cordon": True}})
+    assert one(objs, "ClusterRole", "-cordon")["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}
+    ]
+    # a namespace managed elsewhere: not rendered, the grants still go there
+    objs = render({"burnin": {"namespace": "gpu-burnin", "createNamespace": False}})
+    assert [d["metadata"]["name"] for d in objs if d["kind"] == "Namespace"] == ["fleettool"]
+    assert one(objs, "Role", "-burnin-jobs")["metadata"]["namespace"] == "gpu-burnin"
+    err = helm_error({"burnin": {"namespace": "fleettool"}})
+    assert 'burnin.namespace "fleettool" is the release\'s namespace' in err
+
+
+def test_kernel_log_from_a_device_plugin_is_the_kustomize_component(tmp_path: Path) -> None:
+    """agent.kernelLog=device renders the agent deploy/kubernetes/components/kmsg-device makes: not privileged,
+    SYSLOG only, the plugin's resource requested (agent.kmsgDevice.resource)."""
+    from tests.deploy_render import kustomize_with
+
+    chart = one(render(VALUE_SETS["kmsg-device"][0], create_ns=False), "DaemonSet", "-agent")
+    base = one(kustomize_with(tmp_path, "kmsg-device"), "DaemonSet", "fleettool-agent")
+    (cc,), (bc,) = containers(chart), containers(base)
+    assert cc["securityContext"] == bc["securityContext"] and cc["securityContext"].get("privileged") is None
+    assert cc["resources"] == bc["resources"]
+    assert cc["volumeMounts"] == bc["volumeMounts"]
+    assert chart["spec"]["template"]["spec"]["volumes"] == base["spec"]["template"]["spec"]["volumes"]
+    assert "--kmsg=/dev/kmsg" in cc["args"]
+    c = agent_container(
+        render({"agent": {"kernelLog": "device", "kmsgDevice": {"resource": "example.com/kmsg"}}})
+    )
+    assert c["resources"]["limits"] == {"memory": "256Mi", "example.com/kmsg": 1}
+    assert "/agent/kernelLog" in helm_error({"agent": {"kernelLog": "devices"}})

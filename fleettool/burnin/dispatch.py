@@ -72,12 +72,17 @@ def k8s_job(
     passthrough: list[str],
     *,
     image: str,
-    namespace: str = "fleettool",
+    namespace: str = "fleettool-burnin",
     gpus: int = 8,
     name: str | None = None,
 ) -> dict[str, Any]:
     """A Job pinned to the node, requesting its GPUs, running the burn-in once. Its name is new for every run
-    (job_name): a Job of an earlier run, kept an hour for its logs, is never read as this run's result."""
+    (job_name): a Job of an earlier run, kept an hour for its logs, is never read as this run's result.
+
+    The pod meets Pod Security `restricted`, so it runs in a namespace that enforces it (deploy/'s
+    fleettool-burnin): whoever may create Jobs there cannot make a privileged pod, i.e. root on a node. The GPUs
+    come from the device plugin (the nvidia.com/gpu resource, which restricted allows); the burn-in needs no
+    capability, no host path and no API token."""
     validate_node(node)
     jname = name or job_name(node)
     return {
@@ -95,6 +100,13 @@ def k8s_job(
                 "metadata": {"labels": {"app.kubernetes.io/name": "fleettool-burnin"}},
                 "spec": {
                     "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,  # the burn-in calls no Kubernetes API
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65532,
+                        "runAsGroup": 65532,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
                     "nodeSelector": {"kubernetes.io/hostname": node},
                     # the node is cordoned during a burn-in: tolerate that taint
                     "tolerations": [

@@ -114,7 +114,9 @@ def register(app: typer.Typer) -> None:
         image: Annotated[
             str, typer.Option(help="k8s: the fleettool image")
         ] = "ghcr.io/fleettool/fleettool:latest",
-        namespace: Annotated[str, typer.Option(help="k8s: namespace of the Job")] = "fleettool",
+        namespace: Annotated[
+            str, typer.Option(help="k8s: namespace of the Job (one that enforces Pod Security restricted)")
+        ] = "fleettool-burnin",
         partition: Annotated[str | None, typer.Option(help="slurm: partition")] = None,
         timeout: Annotated[str, typer.Option(help="remote runs: give up after this long")] = "2h",
         print_job: Annotated[bool, typer.Option("--print-job", help="k8s: print the Job and exit")] = False,

@@ -29,9 +29,9 @@ app.kubernetes.io/instance: {{ (index . 0).Release.Name }}
 {{- if eq .Values.agent.kernelLog "kmsg" }}true{{ end -}}
 {{- end -}}
 
-{{/* The agent runs as uid 0: for /dev/kmsg, or to write a root-owned hostPath. */}}
+{{/* The agent runs as uid 0: for /dev/kmsg (CAP_SYSLOG), or to write a root-owned hostPath. */}}
 {{- define "fleettool.agentRoot" -}}
-{{- if or (eq .Values.agent.kernelLog "kmsg") (eq .Values.agent.db.persistence "hostPath") }}true{{ end -}}
+{{- if or (ne .Values.agent.kernelLog "off") (eq .Values.agent.db.persistence "hostPath") }}true{{ end -}}
 {{- end -}}
 
 {{/*
