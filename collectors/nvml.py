@@ -73,7 +73,8 @@ class NvmlCollector:
         self._count = 0
         self.guard = GpuGuard()  # the GPU whose read is in flight; the GPUs set aside as hung
         self._skips_reported: dict[Tier, int] = {}
-        self._skipped_reads: dict[int, int] = {}  # per GPU, reads not made while a call on it was stuck
+        self._skipped_reads: dict[int, int] = {}  # per GPU, reads not made because a call was stuck
+        self._plan: list[str] = []  # the reads of the collection in progress
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     @property
@@ -163,7 +164,7 @@ class NvmlCollector:
                     Sample(now, self.node, None, None, "gpu_count_expected", float(self.expected_gpus))
                 )
         self._report_skips(now, out, health)
-        reads = [name for name, (tier, _) in READS.items() if tier in due]
+        reads = self._plan = [name for name, (tier, _) in READS.items() if tier in due]
         for i in range(self._count):
             if self._set_aside(now, i, reads, out, health):
                 continue
@@ -263,6 +264,17 @@ class NvmlCollector:
             "aside until it does, the other GPUs are read on"
         )
         out.events.append(self._event(now, i, EventKind.AGENT, msg))
+        # what the given-up collection had still to read: the hung GPU's other reads, the GPUs after it
+        plan = self._plan
+        left = {i: plan[plan.index(stuck.read) + 1 :] if stuck.read in plan else []}
+        left.update((g, plan) for g in range(i + 1, self._count) if g not in self.guard.hung)
+        for g, reads in left.items():
+            n = sum(1 for what in reads if (g, what) not in self.unsupported)
+            self._skipped_reads[g] = self._skipped_reads.get(g, 0) + n
+            if g == i:
+                stuck.skipped += n
+            else:
+                self._hung_samples(now, g, 0.0, out)
         self._hung_samples(now, i, 1.0, out)
         out.errors += 1
         return out

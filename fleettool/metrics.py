@@ -128,7 +128,7 @@ _DEFS = [
         "agent_nvml_reads_skipped_total",
         "counter",
         "reads",
-        "Reads of this GPU not made because an NVML call on it is stuck",
+        "Reads of this GPU not made: a call on it was stuck, or on the GPU before it in that collection",
     ),
     MetricDef("agent_buffer_rows", "gauge", "rows", "Rows waiting to be flushed to the store"),
     MetricDef("agent_flush_failures_total", "counter", "failures", "Failed flushes to the store"),

@@ -85,8 +85,11 @@ def test_the_other_gpus_go_on_and_a_dbe_on_another_gpu_is_seen(
     assert ev.kind == "agent" and "temperature(gpu 3)" in ev.message and "GPU 3 hung" in ev.message
     assert ev.uuid == src.device_info(3).uuid
     assert [_value(c, "agent_nvml_gpu_hung", 3) for c in got[2:]] == [1.0] * 7
+    # the reads the hung collection had left are counted: GPU 3's 5 other gauges, GPUs 4-7's 6 each; then
+    # GPU 3's 6 gauges a tick (and at the DBE, the counters it would have read at once: 7 more)
+    assert [_value(got[2], "agent_nvml_reads_skipped_total", g) for g in range(3, 8)] == [5.0] + [6.0] * 4
     skipped = [_value(c, "agent_nvml_reads_skipped_total", 3) for c in got[3:]]
-    assert skipped == sorted(skipped) and skipped[0] == 6.0 and skipped[-1] > skipped[0]
+    assert skipped[:3] == [11.0, 17.0, 30.0] and skipped == sorted(skipped)
     assert all(c.errors >= 1 for c in got[2:])  # the collector is not all well while a GPU is hung
     # the double-bit error injected on GPU 5 after GPU 3 hung: its events, and its ECC counters read at once
     dbe = [(e.kind, e.code) for c in got for e in c.events if e.gpu == 5]
@@ -140,7 +143,7 @@ def test_the_agent_shows_the_hung_gpu_on_metrics_and_keeps_the_others() -> None:
         for r in ag.runners.values():
             r.close()
     hung = {s.labels["gpu"]: s.value for s in fams["fleettool_agent_nvml_gpu_hung"].samples}
-    assert hung == {"3": 1.0}
+    assert hung == {"3": 1.0, "4": 0.0, "5": 0.0, "6": 0.0, "7": 0.0}  # 4-7: in the tick GPU 3 hung
     collector_hung = [s.value for s in fams["fleettool_agent_collector_hung"].samples]
     assert collector_hung == [0.0]
     temps = {s.labels["gpu"] for s in fams["fleettool_gpu_temp_celsius"].samples}
@@ -148,5 +151,9 @@ def test_the_agent_shows_the_hung_gpu_on_metrics_and_keeps_the_others() -> None:
     # the last tick read every GPU but 3
     assert set().union(*(_temps(c) for c in seen)) == {0, 1, 2, 4, 5, 6, 7}
     assert ag.event_counts.get(("xid", 48)) == 1
-    skipped = fams["fleettool_agent_nvml_reads_skipped"].samples
-    assert [(s.labels["gpu"], s.value > 0) for s in skipped if s.name.endswith("_total")] == [("3", True)]
+    skipped = {
+        s.labels["gpu"]: s.value
+        for s in fams["fleettool_agent_nvml_reads_skipped"].samples
+        if s.name.endswith("_total")
+    }
+    assert skipped["3"] > 6 and {g: skipped[g] for g in "4567"} == {g: 6.0 for g in "4567"}
