@@ -193,14 +193,14 @@ def test_late_ticks_skip_no_gauge() -> None:
     every 1 s gauge: none is skipped, and no skip is counted."""
     t0 = 1_800_000_000.0
     c = _collector(FakeSource(gpus=2, recording=REC, clock=t0))
-    drift = [t0 + 1.002 * k for k in range(120)]
-    temps, skips = _gauge_reads(c, drift)
-    assert temps == {0: 120, 1: 120}
-    assert skips[-1]["tier=fast"] == 0 and skips[-1]["tier=medium"] == 0
-    jitter = [drift[-1] + 1 + k + (0.003 if k % 2 else 0.0) for k in range(60)]
+    jitter = [t0 + k + (0.003 if k % 2 else 0.0) for k in range(60)]
     temps, skips = _gauge_reads(c, jitter)
     assert temps == {0: 60, 1: 60}
     assert all(s.get("tier=fast", 0) == 0 for s in skips) and skips[-1]["tier=fast"] == 0
+    drift = [jitter[-1] + 1 + 1.002 * k for k in range(120)]
+    temps, skips = _gauge_reads(c, drift)
+    assert temps == {0: 120, 1: 120}
+    assert skips[-1]["tier=fast"] == 0 and skips[-1]["tier=medium"] == 0
 
 
 def test_a_missed_period_is_a_counted_skip() -> None:
