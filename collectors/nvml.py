@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 
 from fleettool.collectors.base import Collected
+from fleettool.collectors.nvml_hung import Abandoned, GpuGuard
+from fleettool.collectors.nvml_schedule import TierSchedule
 from fleettool.collectors.registry import CollectorConfig
 from fleettool.model import Event, EventKind, GpuInfo, Sample, normalize_pci_bus_id
 from fleettool.sources.base import (
@@ -25,6 +27,7 @@ from fleettool.sources.nvml_events import RECOVERY_ACTIONS
 
 DEFAULT_TIER_S = {Tier.FAST: 1.0, Tier.MEDIUM: 10.0, Tier.DEAR: 60.0, Tier.STATIC: 600.0}
 RETRY_OPEN_S = 60.0
+SKIPPED = "agent_nvml_periods_skipped_total"
 # NVML event types (sources/nvml_events.EVENT_TYPES names) -> the store's event kind, message, code
 EVENT_TEXT: dict[str, tuple[EventKind, str, int | None]] = {
     "xid": (EventKind.XID, "", None),
@@ -61,13 +64,17 @@ class NvmlCollector:
         self._reason: str | None = None
         self._open = False
         self._last_open_try = -1e18
-        self._last_tier: dict[Tier, float] = {}
+        self.schedule = TierSchedule(self.tier_s, interval_s)
         self.unsupported: set[tuple[int, str]] = set()
         self._lost: set[int] = set()
         self._failing: dict[tuple[int, str], str] = {}
         self._devices: dict[int, GpuInfo] = {}
         self._driver: str | None = None
         self._count = 0
+        self.guard = GpuGuard()  # the GPU whose read is in flight; the GPUs set aside as hung
+        self._skips_reported: dict[Tier, int] = {}
+        self._skipped_reads: dict[int, int] = {}  # per GPU, reads not made because a call was stuck
+        self._plan: list[str] = []  # the reads of the collection in progress
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     @property
@@ -87,7 +94,7 @@ class NvmlCollector:
             return False
         self._open = True
         self._reason = None
-        self._last_tier = {}
+        self.schedule.restart()
         self._inventory()
         return True
 
@@ -117,16 +124,6 @@ class NvmlCollector:
             )
 
     # -- collection ---------------------------------------------------------------------------------------
-    def _due(self, now: float) -> list[Tier]:
-        due = []
-        for tier, every in self.tier_s.items():
-            last = self._last_tier.get(tier)
-            # a wall clock stepped back makes every tier due once, rather than none until it catches up
-            if last is None or now - last >= every - 1e-3 or now < last:
-                due.append(tier)
-                self._last_tier[tier] = now
-        return due
-
     def collect(self, now: float) -> Collected:
         out = Collected()
         if not self._open:
@@ -136,9 +133,20 @@ class NvmlCollector:
                 )
             else:
                 return out
+        gen = self.guard.begin(out, now)
+        try:
+            self._collect(now, out, gen)
+        except Abandoned:  # the watchdog gave this collection up while it was stuck in a GPU's read
+            return Collected()
+        finally:
+            self.guard.end(gen)
+        return out
+
+    def _collect(self, now: float, out: Collected, gen: int) -> None:
         self._events(now, out)
-        due = self._due(now)
-        if Tier.MEDIUM in due or Tier.STATIC in due:
+        due = self.schedule.due(now)
+        health = Tier.MEDIUM in due or Tier.STATIC in due
+        if health:
             out.gpus = list(self._devices.values())
             try:
                 count = self.source.device_count()
@@ -155,19 +163,25 @@ class NvmlCollector:
                 out.samples.append(
                     Sample(now, self.node, None, None, "gpu_count_expected", float(self.expected_gpus))
                 )
-        reads = [name for name, (tier, _) in READS.items() if tier in due]
+        self._report_skips(now, out, health)
+        reads = self._plan = [name for name, (tier, _) in READS.items() if tier in due]
         for i in range(self._count):
+            if self._set_aside(now, i, reads, out, health):
+                continue
             dev = self._devices.get(i)
             uuid = dev.uuid if dev else None
             for what in reads:
                 if (i, what) in self.unsupported:
                     continue
+                self.guard.enter(gen, i, what)
                 try:
                     rows = self.source.read(i, what, now)
                 except NotSupported:
+                    self.guard.leave(gen, i)
                     self.unsupported.add((i, what))
                     continue
                 except GpuLost as e:
+                    self.guard.leave(gen, i)
                     if i not in self._lost:
                         self._lost.add(i)
                         out.events.append(
@@ -176,18 +190,93 @@ class NvmlCollector:
                     out.errors += 1
                     break
                 except SourceError as e:
+                    self.guard.leave(gen, i)
                     out.errors += 1
                     key = (i, what)
                     if self._failing.get(key) != str(e):
                         self._failing[key] = str(e)
                         out.events.append(self._event(now, i, EventKind.NVML_ERROR, str(e)))
                     continue
+                except BaseException:
+                    self.guard.leave(gen, i)
+                    raise
+                self.guard.leave(gen, i)
                 if i in self._lost:
                     self._lost.discard(i)
                     out.events.append(self._event(now, i, EventKind.AGENT, "GPU answers NVML again"))
                 self._failing.pop((i, what), None)
                 for metric, sub, value in rows:
                     out.samples.append(Sample(now, self.node, i, uuid, metric, value, sub))
+
+    # -- late ticks and hung GPUs -------------------------------------------------------------------------
+    def _report_skips(self, now: float, out: Collected, health: bool) -> None:
+        """agent_nvml_periods_skipped_total per tier: with the count, and at once when it grew."""
+        skipped = self.schedule.skipped
+        if health or skipped != self._skips_reported:
+            self._skips_reported = dict(skipped)
+            out.samples.extend(
+                Sample(now, self.node, None, None, SKIPPED, float(n), f"tier={tier.name.lower()}")
+                for tier, n in skipped.items()
+            )
+
+    def _set_aside(self, now: float, i: int, reads: list[str], out: Collected, health: bool) -> bool:
+        """True while a call on GPU i is stuck (its reads are skipped and counted); a stuck call that has
+        returned is reported and the GPU is read again."""
+        stuck = self.guard.hung.get(i)
+        if stuck is None:
+            return False
+        back = self.guard.returned(i)
+        if back is not None and back.returned is not None:
+            took = back.returned - back.since
+            msg = (
+                f"NVML call {back.call} returned after {took:.1f}s: GPU {i} is read again "
+                f"({back.skipped} reads skipped meanwhile)"
+            )
+            out.events.append(self._event(now, i, EventKind.AGENT, msg))
+            self._hung_samples(now, i, 0.0, out)
+            return False
+        n = sum(1 for what in reads if (i, what) not in self.unsupported)
+        stuck.skipped += n
+        self._skipped_reads[i] = self._skipped_reads.get(i, 0) + n
+        out.errors += 1
+        self._hung_samples(now, i, 1.0, out)
+        return True
+
+    def _hung_samples(self, now: float, i: int, hung: float, out: Collected) -> None:
+        uuid = self._devices[i].uuid if i in self._devices else None
+        skipped = float(self._skipped_reads.get(i, 0))
+        out.samples.append(Sample(now, self.node, i, uuid, "agent_nvml_gpu_hung", hung))
+        out.samples.append(Sample(now, self.node, i, uuid, "agent_nvml_reads_skipped_total", skipped))
+
+    def abandon(self) -> Collected | None:
+        """The watchdog gives up a collection stuck past its limit. Inside a GPU's read: that GPU is set aside
+        as hung (an event naming the call, agent_nvml_gpu_hung 1) and what the collection gathered before is
+        returned, so the next collection, on a fresh thread, reads the other GPUs. None when the collection is
+        stuck outside a GPU's read (the whole collector is hung, as before)."""
+        got = self.guard.abandon(self.source.inflight)
+        if got is None:
+            return None
+        out, stuck = got
+        now, i = stuck.ts, stuck.gpu
+        took = time.monotonic() - stuck.since
+        msg = (
+            f"GPU {i} hung: NVML call {stuck.call} has not returned after {took:.1f}s; its reads are set "
+            "aside until it does, the other GPUs are read on"
+        )
+        out.events.append(self._event(now, i, EventKind.AGENT, msg))
+        # what the given-up collection had still to read: the hung GPU's other reads, the GPUs after it
+        plan = self._plan
+        left = {i: plan[plan.index(stuck.read) + 1 :] if stuck.read in plan else []}
+        left.update((g, plan) for g in range(i + 1, self._count) if g not in self.guard.hung)
+        for g, reads in left.items():
+            n = sum(1 for what in reads if (g, what) not in self.unsupported)
+            self._skipped_reads[g] = self._skipped_reads.get(g, 0) + n
+            if g == i:
+                stuck.skipped += n
+            else:
+                self._hung_samples(now, g, 0.0, out)
+        self._hung_samples(now, i, 1.0, out)
+        out.errors += 1
         return out
 
     def wait_fd(self) -> int | None:
@@ -228,7 +317,7 @@ class NvmlCollector:
                 )
             out.events.append(self._event(x.ts, gpu, kind, msg, code=code))
             if x.type in ("dbe", "gpu-unavailable", "recovery-action"):
-                self._last_tier.pop(Tier.MEDIUM, None)
+                self.schedule.force(Tier.MEDIUM)
 
     def _event(self, ts: float, gpu: int | None, kind: EventKind, msg: str, code: int | None = None) -> Event:
         dev = self._devices.get(gpu) if gpu is not None else None

@@ -112,6 +112,24 @@ _DEFS = [
         "agent_collector_errors_total", "counter", "errors", "Errors met by the collector (sub=collector=ID)"
     ),
     MetricDef("agent_nvml_available", "gauge", "bool", "NVML could be loaded and initialised"),
+    MetricDef(
+        "agent_nvml_periods_skipped_total",
+        "counter",
+        "periods",
+        "Periods of an NVML read tier that passed with no read at all (sub=tier=fast|medium|dear|static)",
+    ),
+    MetricDef(
+        "agent_nvml_gpu_hung",
+        "gauge",
+        "bool",
+        "An NVML call on this GPU is stuck: its reads wait until it returns (the event names the call)",
+    ),
+    MetricDef(
+        "agent_nvml_reads_skipped_total",
+        "counter",
+        "reads",
+        "Reads of this GPU not made: a call on it was stuck, or on the GPU before it in that collection",
+    ),
     MetricDef("agent_buffer_rows", "gauge", "rows", "Rows waiting to be flushed to the store"),
     MetricDef("agent_flush_failures_total", "counter", "failures", "Failed flushes to the store"),
     MetricDef("agent_dropped_rows_total", "counter", "rows", "Rows dropped because the buffer was full"),

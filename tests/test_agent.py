@@ -239,7 +239,8 @@ def test_hung_collector_is_visible_as_health_and_event(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     with Store(db, read_only=True) as s:
-        hung = s.scalar("SELECT max(value) FROM samples WHERE metric = 'agent_collector_hung'")
+        # a GPU's read that hangs sets that GPU aside (agent_nvml_gpu_hung), not the whole collector
+        hung = s.scalar("SELECT max(value) FROM samples WHERE metric = 'agent_nvml_gpu_hung' AND gpu = 0")
         ev = s.query("SELECT message FROM events WHERE kind = 'agent' AND message LIKE '%hung%'")
     assert hung == 1.0
     assert ev and "energy(gpu 0)" in ev[0]["message"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -99,16 +100,50 @@ def test_missing_gpu_shows_as_count_below_expected() -> None:
     assert got["gpu_count"] == 7 and got["gpu_count_expected"] == 8
 
 
+class CountHangs(FakeSource):
+    """nvmlDeviceGetCount blocks once released is not set: a call outside any one GPU's read."""
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.released = threading.Event()
+        self.hang_count = False
+
+    def device_count(self) -> int:
+        if self.hang_count:
+            self._inflight = "nvmlDeviceGetCount"
+            self.released.wait()
+        return super().device_count()
+
+
 def test_watchdog_marks_a_hung_call_and_names_it() -> None:
+    """A GPU's read that hangs sets that GPU aside (the collection comes back, naming the call); a call that
+    is no GPU's (the device count) hangs the whole collector, still-hung until it returns."""
     src = FakeSource(gpus=1, recording=REC, inject=[parse_injection("hang@read=energy")])
     c = _collector(src)
     runner = CollectorRunner(c, limit_s=0.3)
     t = time.monotonic()
     res = runner.run(time.time())
-    assert res.status == "hung" and "energy(gpu 0)" in res.detail
+    assert res.status == "ok" and res.detail == "set aside: energy(gpu 0)" and res.collected is not None
+    assert [e.gpu for e in res.collected.events if "energy(gpu 0)" in e.message] == [0]
     assert time.monotonic() - t < 2
-    assert runner.run(time.time()).status == "still-hung"
+    assert runner.run(time.time()).status == "ok"
+    src.release_hangs()
     runner.close()
+
+    src2 = CountHangs(gpus=1, recording=REC)
+    c2 = _collector(src2)
+    runner2 = CollectorRunner(c2, limit_s=0.3)
+    src2.hang_count = True
+    res = runner2.run(time.time())
+    assert res.status == "hung" and res.detail == "nvmlDeviceGetCount"
+    assert runner2.run(time.time()).status == "still-hung"
+    src2.hang_count = False
+    src2.released.set()
+    deadline = time.monotonic() + 5
+    while (res := runner2.run(time.time())).status == "still-hung" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert res.status == "recovered"
+    runner2.close()
 
 
 def test_live_nvml_without_a_driver_is_unavailable_not_a_crash() -> None:
@@ -136,3 +171,52 @@ def test_unknown_injection_is_refused_with_the_list() -> None:
 def test_recording_path_missing_makes_fake_unavailable(tmp_path: Path) -> None:
     c = NvmlCollector(FakeSource(gpus=1, recording=tmp_path / "none.om"), "n")
     assert not c.start() and "none.om" in (c.reason or "")
+
+
+def _gauge_reads(c: NvmlCollector, times: list[float]) -> tuple[dict[int, int], list[dict[str, float]]]:
+    """gpu_temp_c samples per GPU over collections at `times`, and each collection's skip counters by tier
+    (the last one: the latest value each tier's counter was reported with, as /metrics shows it)."""
+    temps: dict[int, int] = {}
+    skips = []
+    for t in times:
+        got = c.collect(t).samples
+        for s in got:
+            if s.metric == "gpu_temp_c" and s.gpu is not None:
+                temps[s.gpu] = temps.get(s.gpu, 0) + 1
+        skips.append({s.sub: s.value for s in got if s.metric == "agent_nvml_periods_skipped_total"})
+    latest = {k: v for d in skips for k, v in d.items()}
+    return temps, [*skips, latest]
+
+
+def test_late_ticks_skip_no_gauge() -> None:
+    """Ticks that start late (1.002 s apart, or 3 ms late every other second as beside a busy CLI) take
+    every 1 s gauge: none is skipped, and no skip is counted."""
+    t0 = 1_800_000_000.0
+    c = _collector(FakeSource(gpus=2, recording=REC, clock=t0))
+    jitter = [t0 + k + (0.003 if k % 2 else 0.0) for k in range(60)]
+    temps, skips = _gauge_reads(c, jitter)
+    assert temps == {0: 60, 1: 60}
+    assert all(s.get("tier=fast", 0) == 0 for s in skips) and skips[-1]["tier=fast"] == 0
+    drift = [jitter[-1] + 1 + 1.002 * k for k in range(120)]
+    temps, skips = _gauge_reads(c, drift)
+    assert temps == {0: 120, 1: 120}
+    assert skips[-1]["tier=fast"] == 0 and skips[-1]["tier=medium"] == 0
+
+
+def test_a_missed_period_is_a_counted_skip() -> None:
+    """A tick that never came (the loop stalled 3 s) is a skip, counted per tier and reported at once; a
+    wall clock stepped a day forward or an hour back is not lateness and counts nothing."""
+    t0 = 1_800_000_000.0
+    c = _collector(FakeSource(gpus=2, recording=REC, clock=t0))
+    times = [t0 + k for k in range(5)] + [t0 + 7.0, t0 + 8.0]  # ticks at +5 s and +6 s never ran
+    temps, skips = _gauge_reads(c, times)
+    assert temps == {0: 7, 1: 7}
+    assert skips[5]["tier=fast"] == 2 and skips[5]["tier=medium"] == 0  # reported in the late collection
+    assert c.schedule.skipped[Tier.FAST] == 2
+    # ticks 1.002 s apart for 600 s: the 600th period really has no tick of its own
+    _gauge_reads(c, [t0 + 9 + 1.002 * k for k in range(600)])
+    assert c.schedule.skipped[Tier.FAST] == 3
+    # a clock set a day ahead, then an hour back: every tier read at once, nothing counted as skipped
+    temps, skips = _gauge_reads(c, [t0 + 86_400 + k for k in range(3)] + [t0 + 82_800 + k for k in range(3)])
+    assert temps == {0: 6, 1: 6}
+    assert c.schedule.skipped == {Tier.FAST: 3, Tier.MEDIUM: 0, Tier.DEAR: 0, Tier.STATIC: 0}

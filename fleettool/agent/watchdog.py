@@ -3,6 +3,11 @@
 A driver call that hangs (NVML stuck in the kernel) cannot be interrupted from Python. The runner notices that
 the collection has not come back within `limit_s`, reports the collector hung (naming the call in flight), and
 stops asking it until the stuck call returns; the agent loop and the other collectors carry on.
+
+A collector that can set the stuck part aside (`Isolating`: the NVML collector, whose stuck call is one GPU's
+read) is asked to first: it returns what the collection gathered (with the stuck part named in it), the stuck
+thread is left to its call, and the next collection runs on a fresh worker thread, so one GPU's hung read
+stops only that GPU. One worker exists per collector while nothing hangs; one more per part stuck at once.
 """
 
 from __future__ import annotations
@@ -11,8 +16,17 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from fleettool.collectors.base import Collected, Collector
+
+
+@runtime_checkable
+class Isolating(Protocol):
+    def abandon(self) -> Collected | None:
+        """Give up the collection stuck in progress, setting the stuck part aside (e.g. one GPU): what it had
+        gathered, or None when the whole collector is stuck."""
+        ...
 
 
 @dataclass
@@ -40,16 +54,21 @@ class CollectorRunner:
     def __init__(self, collector: Collector, limit_s: float = 5.0) -> None:
         self.collector = collector
         self.limit_s = limit_s
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._work, name=f"collector-{collector.id}", daemon=True)
-        self._thread.start()
+        self._jobs: queue.SimpleQueue[_Job | None] = self._spawn()
+        self.retired_workers = 0  # workers left in a stuck call after the collector set it aside
         self._stuck: _Job | None = None
         self._stuck_since = 0.0
         self.hung_call: str | None = None
 
-    def _work(self) -> None:
+    def _spawn(self) -> queue.SimpleQueue[_Job | None]:
+        jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        name = f"collector-{self.collector.id}"
+        threading.Thread(target=self._work, args=(jobs,), name=name, daemon=True).start()
+        return jobs
+
+    def _work(self, jobs: queue.SimpleQueue[_Job | None]) -> None:
         while True:
-            job = self._jobs.get()
+            job = jobs.get()
             if job is None:
                 return
             try:
@@ -74,9 +93,16 @@ class CollectorRunner:
         job = _Job(now)
         self._jobs.put(job)
         if not job.done.wait(self.limit_s):
+            call = self.collector.inflight() or "unknown call"
+            partial = self.collector.abandon() if isinstance(self.collector, Isolating) else None
+            if partial is not None:  # the stuck part is set aside: its worker is left in the call
+                self._jobs.put(None)  # it exits once the call returns
+                self._jobs = self._spawn()
+                self.retired_workers += 1
+                return RunResult(partial, "ok", time.monotonic() - t0, f"set aside: {call}")
             self._stuck = job
             self._stuck_since = t0
-            self.hung_call = self.collector.inflight() or "unknown call"
+            self.hung_call = call
             return RunResult(None, "hung", time.monotonic() - t0, self.hung_call)
         if job.error is not None:
             return RunResult(None, "error", time.monotonic() - t0, f"{type(job.error).__name__}: {job.error}")

@@ -67,6 +67,7 @@ class Injection:
     after_s: float = 0.0
     code: int | None = None
     read: str | None = None
+    hold_s: float | None = None  # hang: how long the read hangs (None: until release_hangs())
     fired: bool = field(default=False, compare=False)
 
 
@@ -80,7 +81,7 @@ KINDS = {
     "nvlink-crc": "NVLink CRC flit errors at 500/s on link 0",
     "lost": "the GPU stops answering (GPU_IS_LOST)",
     "missing-gpu": "the node sees one GPU fewer",
-    "hang": "a read never returns (read=NAME, default energy)",
+    "hang": "a read does not return (read=NAME, default energy; for=20s: returns after that, once)",
     "error": "a read fails with an NVML error (read=NAME, default power)",
     "busy": "another process holds a compute context on the GPU (busy:PID), as NVML's process list shows",
 }
@@ -106,8 +107,10 @@ def parse_injection(spec: str) -> Injection:
             if v not in READS:
                 raise ValueError(f"unknown read {v!r}; known: {', '.join(READS)}")
             inj.read = v
+        elif k == "for":
+            inj.hold_s = float(v.rstrip("s"))
         else:
-            raise ValueError(f"unknown option {k!r} in {spec!r} (gpu=, after=, read=)")
+            raise ValueError(f"unknown option {k!r} in {spec!r} (gpu=, after=, read=, for=)")
     if kind in ("xid", "busy") and inj.code is None:
         raise ValueError("xid needs a code: xid:79" if kind == "xid" else "busy needs a PID: busy:4242")
     return inj
@@ -176,6 +179,7 @@ class FakeSource:
         self._live = clock is None  # on the wall clock: a thread delivers injected events when they fall due
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._unhang = threading.Event()
         self._queue: EventQueue | None = None
         self._waiter: EventWaiter | None = None
 
@@ -240,9 +244,11 @@ class FakeSource:
             self._spin(what)
             active = self._active(now, index)
             for j in active:
-                if j.kind == "hang" and (j.read or "energy") == what:
-                    while True:  # a driver call that never returns; the watchdog must notice
-                        time.sleep(3600)
+                if j.kind == "hang" and not j.fired and (j.read or "energy") == what:
+                    # a driver call that does not return (for hold_s, or until release_hangs()); the watchdog
+                    # must notice
+                    self._unhang.wait(j.hold_s)
+                    j.fired = True
                 if j.kind == "error" and (j.read or "power") == what:
                     raise SourceError(f"{label}: Unknown Error")
                 if j.kind == "lost" or (j.kind == "xid" and j.code == 79 and j.fired):
@@ -295,6 +301,13 @@ class FakeSource:
                 vals[("nvlink_link_up", "link=0")] = 1.0
                 vals[("nvlink_crc_flit_errors_total", "link=0")] = float(int(500 * t))
         return [(m, s, v) for (m, s), v in vals.items()]
+
+    def release_hangs(self) -> None:
+        """Every hung read returns now, and the hang injections are spent (the GPU answers again)."""
+        for j in self.inject:
+            if j.kind == "hang":
+                j.fired = True
+        self._unhang.set()
 
     def running_processes(self, index: int, now: float) -> list[GpuProcess]:
         """The busy:PID injections active on this GPU, as NVML's running-process lists would show them."""
