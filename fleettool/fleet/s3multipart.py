@@ -37,11 +37,14 @@ def _endpoint() -> tuple[str, str, str]:
 def _request(method: str, bucket: str, key: str, query: dict[str, str], timeout: float) -> bytes:
     access, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
     if not access or not secret:
-        raise AbortUnavailable("no AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY to sign an AbortMultipartUpload with")
+        raise AbortUnavailable(
+            "no AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY to sign an AbortMultipartUpload with"
+        )
     scheme, host, region = _endpoint()
     path = "/" + urllib.parse.quote(f"{bucket}/{key}" if key else bucket, safe="/-_.~")
     qs = "&".join(
-        f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}" for k, v in sorted(query.items())
+        f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}"
+        for k, v in sorted(query.items())
     )
     now = dt.datetime.now(dt.timezone.utc)
     amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
@@ -59,9 +62,13 @@ def _request(method: str, bucket: str, key: str, query: dict[str, str], timeout:
     for part in (day, region, "s3", "aws4_request"):
         k = hmac.new(k, part.encode(), hashlib.sha256).digest()
     sig = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
-    headers["Authorization"] = f"AWS4-HMAC-SHA256 Credential={access}/{scope}, SignedHeaders={signed}, Signature={sig}"
+    headers["Authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={access}/{scope}, SignedHeaders={signed}, Signature={sig}"
+    )
     url = f"{scheme}://{host}{path}" + (f"?{qs}" if qs else "")
-    req = urllib.request.Request(url, method=method, headers={k: v for k, v in headers.items() if k != "host"})
+    req = urllib.request.Request(
+        url, method=method, headers={k: v for k, v in headers.items() if k != "host"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 (the location's own endpoint)
             return bytes(r.read())

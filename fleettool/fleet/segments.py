@@ -127,7 +127,9 @@ def _due(state: dict[str, list[float]], key: str, n: int, oldest: float) -> tupl
     return grew, grew
 
 
-def _counts(store: Store, table: str, tcol: str, cut: dt.datetime) -> dict[str, dict[dt.datetime, list[float]]]:
+def _counts(
+    store: Store, table: str, tcol: str, cut: dt.datetime
+) -> dict[str, dict[dt.datetime, list[float]]]:
     """Per node, per hour before cut: [rows, oldest epoch]."""
     out: dict[str, dict[dt.datetime, list[float]]] = {}
     for node, h, n, oldest in store.rows(
@@ -180,9 +182,9 @@ def _drop_hourly(loc: Location, part: str) -> None:
     beside a daily one, so a crash in between shows each row once."""
     for f in loc.fs.get_file_info(pafs.FileSelector(part, allow_not_found=True)):
         name = f.base_name
-        if f.type == pafs.FileType.File and name.endswith(".parquet") and not name.endswith("-day.parquet"):
-            if not name.startswith("."):
-                loc.fs.delete_file(f.path)
+        hourly = name.endswith(".parquet") and not name.endswith("-day.parquet") and not name.startswith(".")
+        if f.type == pafs.FileType.File and hourly:
+            loc.fs.delete_file(f.path)
 
 
 def _abort_left_open(store: Store, loc: Location) -> None:

@@ -66,19 +66,25 @@ def _stream(out: pa.NativeFile, batches: Iterable[pa.RecordBatch]) -> int:
         buf.clear()
         held = 0
 
-    for b in batches:
-        if b.num_rows == 0:
-            continue
-        if writer is None:
-            writer = pq.ParquetWriter(out, b.schema, compression="zstd", compression_level=6)
-        while b.num_rows:
-            take = b.slice(0, ROW_GROUP - held)
-            buf.append(take)
-            held += take.num_rows
-            rows += take.num_rows
-            b = b.slice(take.num_rows)
-            if held == ROW_GROUP:
-                flush()
+    try:
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            if writer is None:
+                writer = pq.ParquetWriter(out, b.schema, compression="zstd", compression_level=6)
+            while b.num_rows:
+                take = b.slice(0, ROW_GROUP - held)
+                buf.append(take)
+                held += take.num_rows
+                rows += take.num_rows
+                b = b.slice(take.num_rows)
+                if held == ROW_GROUP:
+                    flush()
+    except BaseException:
+        if writer is not None:  # closed here, not by the garbage collector on a closed stream
+            with contextlib.suppress(Exception):
+                writer.close()
+        raise
     if writer is None:
         return 0
     if buf:
