@@ -57,7 +57,12 @@ def run(db: Path, mode: str) -> dict[str, float]:
         rows, secs = p.stdout.split()
         seg = sum(f.stat().st_size for f in (Path(tmp) / "fleet").rglob("*.parquet"))
     # RUSAGE_CHILDREN is the largest child so far: run the baseline first, then the export
-    return {"peak_rss_mib": round(max(peak, before) / 1024, 1), "rows": int(rows), "s": float(secs), "bytes": seg}
+    return {
+        "peak_rss_mib": round(max(peak, before) / 1024, 1),
+        "rows": int(rows),
+        "s": float(secs),
+        "bytes": seg,
+    }
 
 
 def main() -> int:
