@@ -78,33 +78,36 @@ def test_export_is_idempotent(tmp_path: Path) -> None:
 
 
 def test_crash_mid_export_loses_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    db = _store(tmp_path, "row-remap-trend")  # two weeks: many hourly segments
+    db = _store(tmp_path, "row-remap-trend")  # two weeks: many segments
     loc = open_location(str(tmp_path / "fleet"))
-    real = segments.write_atomic
+    real = segments.write_segment
     calls = {"n": 0}
 
-    def dying(loc_, path, table):  # type: ignore[no-untyped-def]
+    def dying(loc_, path, batches):  # type: ignore[no-untyped-def]
         calls["n"] += 1
-        if calls["n"] == 40:
+        if calls["n"] == 6:
             # the process dies while writing this segment: a temporary file is left behind, never renamed
             parent = path.rsplit("/", 1)[0]
             os.makedirs(parent, exist_ok=True)
             Path(parent, ".tmp-crashed.parquet").write_bytes(b"PAR1 half a file")
             raise OSError("No space left on device")
-        return real(loc_, path, table)
+        return real(loc_, path, batches)
 
-    monkeypatch.setattr(segments, "write_atomic", dying)
+    monkeypatch.setattr(segments, "write_segment", dying)
     with Store(db) as st:
         total = st.scalar("SELECT count(*) FROM samples")
         with pytest.raises(OSError):
             segments.export(st, loc, "a", NOW)
-        assert st.scalar("SELECT count(*) FROM meta WHERE key LIKE 'export:samples:%'") == 0
+        # what the store remembers as exported is exactly the 5 segments written
+        state = json.loads(st.scalar("SELECT value FROM meta WHERE key LIKE 'exported:samples:%'"))
+        assert len(state) == 5
     with open_fleet(loc) as fl:  # what is visible is whole segments only
         partial = fl.scalar("SELECT count(*) FROM samples")
         assert 0 < partial < total
-    monkeypatch.setattr(segments, "write_atomic", real)
+        assert partial == sum(n for n, _ in state.values())
+    monkeypatch.setattr(segments, "write_segment", real)
     with Store(db) as st:
-        segments.export(st, loc, "a", NOW)  # the next export writes the same hours again, to the same names
+        segments.export(st, loc, "a", NOW)  # the next export writes the rest
     with open_fleet(loc) as fl:
         assert fl.scalar("SELECT count(*) FROM samples") == total
         assert fl.scalar("SELECT count(*) FROM (SELECT DISTINCT * FROM samples)") == total
@@ -214,13 +217,14 @@ def test_agent_exports_while_it_runs(tmp_path: Path) -> None:
 
 
 def test_complete_days_are_compacted_and_read_once(tmp_path: Path) -> None:
-    db = _store(tmp_path, "row-remap-trend")  # 15 days
+    db = _store(tmp_path, "row-remap-trend")  # 15 days, the last one a single sample at 00:00
     loc = open_location(str(tmp_path / "fleet"))
     with Store(db) as st:
         total = st.scalar("SELECT count(*) FROM samples")
-        segments.export(st, loc, "a", NOW)
+        newest = st.scalar("SELECT epoch(max(ts)) FROM samples")
+        segments.export(st, loc, "a", newest + 2 * 3600)  # two hours into the last day: not complete yet
     files = sorted((tmp_path / "fleet" / "samples").rglob("*.parquet"))
-    last = max(f.parent.parent.name for f in files)  # the last day (one sample at 00:00) is not complete yet
+    last = max(f.parent.parent.name for f in files)
     assert files and all(f.name.endswith("-day.parquet") for f in files if f.parent.parent.name != last)
     assert not any(f.name.endswith("-day.parquet") for f in files if f.parent.parent.name == last)
     # a crash between writing the daily segment and deleting the hourly ones leaves both: rows still count once
@@ -228,5 +232,11 @@ def test_complete_days_are_compacted_and_read_once(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     pq.write_table(pq.read_table(day).slice(0, 10), day.parent / day.name.replace("-day", "T05"))
+    with open_fleet(loc) as fl:
+        assert fl.scalar("SELECT count(*) FROM samples") == total
+    with Store(db) as st:  # once the day is over, its hourly segment becomes a daily one
+        segments.export(st, loc, "a", NOW)
+    lastday = list((tmp_path / "fleet" / "samples").glob(f"{last}/*/*.parquet"))
+    assert len(lastday) == 1 and lastday[0].name.endswith("-day.parquet")
     with open_fleet(loc) as fl:
         assert fl.scalar("SELECT count(*) FROM samples") == total

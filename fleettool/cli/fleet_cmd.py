@@ -46,16 +46,22 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Export the store as Parquet segments (zstd), partitioned by date and node, whole hours only; a
         segment is visible whole or not at all and a crash mid-export loses nothing (the next export writes the
-        same hours again). S3: set FLEETTOOL_S3_ENDPOINT (or AWS_ENDPOINT_URL) and AWS_* credentials.
+        same hours again). Rows that arrived in an hour already exported (a replay, a clock stepped back) are
+        exported again with their hour ("late"). Counts are read back from the written segments. Runs within
+        the agent's DuckDB memory limit. S3: set FLEETTOOL_S3_ENDPOINT (or AWS_ENDPOINT_URL) and AWS_*
+        credentials.
 
         Example: fleettool export --db /var/lib/fleettool/fleet.duckdb --to s3://gpu-fleet/segments
         """
+        from fleettool.agent.config import AgentConfig
         from fleettool.fleet.location import open_location
         from fleettool.fleet.segments import export
 
         with open_store(
             db, read_only=False, create=False
         ) as store:  # the store first: nothing created for a bad one
+            cfg = AgentConfig  # the agent's default bounds: the export streams, so it fits them (in its pod)
+            store.limit_resources(cfg.duckdb_memory, cfg.duckdb_threads)
             try:
                 loc = open_location(to)
             except (OSError, ValueError) as e:
@@ -70,11 +76,18 @@ def register(app: typer.Typer) -> None:
                     f"export to {to} failed (nothing half-written is visible; run it again): {e}",
                     ExitCode.STORE_ERROR,
                 ) from None
-        out = {"segments": rep.segments, "rows": rep.rows, "bytes": rep.bytes, "tables": rep.by_table}
+        out = {
+            "segments": rep.segments,
+            "rows": rep.rows,
+            "bytes": rep.bytes,
+            "tables": rep.by_table,
+            "late": rep.late,
+        }
         if json_out:
             print_json(out, indent=None)
         else:
-            print(f"{rep.segments} segments, {rep.rows} rows, {rep.bytes} bytes -> {to}")
+            late = f" ({rep.late} written again for late rows)" if rep.late else ""
+            print(f"{rep.segments} segments{late}, {rep.rows} rows, {rep.bytes} bytes -> {to}")
 
     app.add_typer(fleet_app, name="fleet")
 

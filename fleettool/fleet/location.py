@@ -31,7 +31,10 @@ def open_location(url: str, *, create: bool = True) -> Location:
         u = urlparse(url)
         endpoint = os.environ.get("FLEETTOOL_S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL")
         kw: dict[str, object] = {
-            "region": os.environ.get("AWS_REGION", os.environ.get("AWS_DEFAULT_REGION", "us-east-1"))
+            "region": os.environ.get("AWS_REGION", os.environ.get("AWS_DEFAULT_REGION", "us-east-1")),
+            # parts are uploaded as they fill, not queued behind a slow server: a segment's upload holds one
+            # part in memory, however big the segment (its export runs inside the agent's memory limit)
+            "background_writes": False,
         }
         if endpoint:
             e = urlparse(endpoint)

@@ -1,67 +1,204 @@
-"""Export the store as Parquet segments, safely.
+"""Export the store as Parquet segments, safely, in bounded memory, late rows included.
 
-Layout: <root>/<table>/date=YYYY-MM-DD/node=<node>/<table>-<node>-<hour>.parquet for time series (samples,
-samples_1m, events), one segment per node and whole hour; and <root>/<table>/node=<node>/<table>-<node>.parquet
-snapshots for state that changes (alerts, gpus, nccl runs and rows, burn-in results):
-<root>/<table>/exporter=<who>/<table>-<who>.parquet, replaced whole at each export.
+Layout: <root>/<table>/date=YYYY-MM-DD/node=<node>/<table>-<node>-<YYYYMMDDTHH>.parquet for time series
+(samples, samples_1m, events), one segment per node and whole hour; once a day is complete, one
+<table>-<node>-<YYYYMMDD>-day.parquet per node replaces its hourly segments. Snapshots of state that changes
+(alerts, gpus, nccl runs and rows, burn-in results): <root>/<table>/exporter=<who>/<table>-<who>.parquet,
+replaced whole at each export. A node or exporter name is percent-encoded in paths (`gpu 1` -> `gpu%201`,
+`gpu/1` -> `gpu%2F1`, `gpu_1` stays): distinct names give distinct segments, and DuckDB's hive reader decodes
+them back.
 
-Safety: a segment is visible whole or not at all. A directory gets a hidden temporary file renamed over the
-final name (atomic on POSIX and NFS); object storage gets one PUT/multipart upload that is only visible once
-complete. Readers skip names starting with '.' or '_'. Only whole hours are exported, named by the hour, and the
-store remembers per table the last hour exported only after its segment is written: a crash mid-export loses
-nothing (the next export writes the same hour again, to the same name, with the same rows).
+What is exported: the store keeps, per table, location, node and unit (an hour, or a day once compacted), the
+row count and oldest time it exported (meta key `exported:<table>:<url>`), updated after each segment is
+written and read back. A unit is written again, whole, from the store when it holds more rows than were
+exported: rows that arrive late (a replay of an older recording, a wall clock stepped back) reach the fleet at
+the next export, in their own hour's (or day's) segment. A unit whose oldest row is newer than the exported one
+has lost rows to retention; it is not rewritten (that would delete those rows from the fleet too): late raw rows
+older than the store's raw retention reach the fleet as their 1-minute rollups only. A crash mid-export loses
+nothing: the next export writes the units not recorded again, to the same names.
+
+Memory: rows are streamed from DuckDB as Arrow record batches straight into the Parquet writer (write.py), by
+queries small enough that DuckDB sorts them within the agent's 16 MB memory_limit: for raw samples one metric
+of one node and hour at a time, for the other tables one node and hour.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
-import uuid
+import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from fleettool.fleet.location import Location
+from fleettool.fleet.write import UploadLeftOpen, abort_key, write_segment
 from fleettool.store import Store
 from fleettool.store.meta import get_meta, set_meta
 
 SERIES = {"samples": "ts", "samples_1m": "minute", "events": "ts"}
 SNAPSHOTS = ("alerts", "gpus", "nccl_runs", "nccl_rows", "burnin_results")
 HOUR = 3600
+_H = dt.timedelta(hours=1)
+_ORDER = {"samples": "gpu, sub, ts", "samples_1m": "metric, gpu, sub, minute", "events": "ts"}
+BATCH = 8192
 
 
 @dataclass
 class ExportReport:
     segments: int = 0
-    rows: int = 0
+    rows: int = 0  # rows of the time series written (read back from the segments)
     bytes: int = 0
-    by_table: dict[str, int] = field(default_factory=dict)
+    by_table: dict[str, int] = field(default_factory=dict)  # rows written per table, snapshots included
+    late: int = 0  # segments written again because their hour or day received rows after its export
+
+    def add(self, table: str, rows: int, size: int, *, series: bool) -> None:
+        self.segments += 1
+        self.bytes += size
+        self.rows += rows if series else 0
+        self.by_table[table] = self.by_table.get(table, 0) + rows
+
+
+def escape(name: object) -> str:
+    """A name as a path component: unique (percent-encoding, never collapsing), hive-decodable."""
+    return urllib.parse.quote(str(name), safe="-._~")
 
 
 def _hour(t: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(t // HOUR * HOUR, tz=dt.timezone.utc).replace(tzinfo=None)
 
 
-ROW_GROUP = 16384  # rows are sorted by metric: a row group holds about one metric, so readers skip the others
+def _state_key(table: str, loc: Location) -> str:
+    return f"exported:{table}:{loc.url}"
 
 
-def write_atomic(loc: Location, path: str, table: pa.Table) -> int:
-    """Write one Parquet file so that readers see all of it or nothing."""
-    parent = path.rsplit("/", 1)[0]
-    loc.fs.create_dir(parent, recursive=True)
-    if isinstance(loc.fs, pafs.LocalFileSystem):
-        tmp = f"{parent}/.tmp-{uuid.uuid4().hex}.parquet"
-        pq.write_table(
-            table, tmp, filesystem=loc.fs, compression="zstd", compression_level=6, row_group_size=ROW_GROUP
+def _open_key(loc: Location) -> str:
+    return f"export-open-uploads:{loc.url}"
+
+
+def _batches(store: Store, sql: str, params: list[Any]) -> Iterator[pa.RecordBatch]:
+    yield from store.con.sql(sql, params=params).to_arrow_reader(BATCH)
+
+
+def _unit_batches(
+    store: Store, table: str, tcol: str, node: str, lo: dt.datetime, hi: dt.datetime
+) -> Iterator[pa.RecordBatch]:
+    """A node's rows of [lo, hi) in segment order, hour by hour (and metric by metric for raw samples)."""
+    hours = []
+    h = lo
+    while h < hi:
+        hours.append(h)
+        h += _H
+    if table == "samples":
+        metrics = [
+            r[0]
+            for r in store.rows(
+                "SELECT DISTINCT metric FROM samples WHERE ts >= ? AND ts < ? AND node = ? ORDER BY 1",
+                [lo, hi, node],
+            )
+        ]
+        for m in metrics:
+            for h in hours:
+                yield from _batches(
+                    store,
+                    f"SELECT * FROM samples WHERE ts >= ? AND ts < ? AND node = ? AND metric = ? "
+                    f"ORDER BY {_ORDER[table]}",
+                    [h, h + _H, node, m],
+                )
+        return
+    for h in hours:
+        yield from _batches(
+            store,
+            f"SELECT * FROM {table} WHERE {tcol} >= ? AND {tcol} < ? AND node = ? ORDER BY {_ORDER[table]}",
+            [h, h + _H, node],
         )
-        loc.fs.move(tmp, path)
-    else:  # object storage: the object appears only when its upload completes
-        pq.write_table(
-            table, path, filesystem=loc.fs, compression="zstd", compression_level=6, row_group_size=ROW_GROUP
-        )
-    return int(loc.fs.get_file_info(path).size or 0)
+
+
+def _due(state: dict[str, list[float]], key: str, n: int, oldest: float) -> tuple[bool, bool]:
+    """(write it, it is a rewrite): never exported, or more rows now and none lost to retention."""
+    done = state.get(key)
+    if done is None:
+        return True, False
+    grew = n > done[0] and oldest <= done[1]
+    return grew, grew
+
+
+def _counts(
+    store: Store, table: str, tcol: str, cut: dt.datetime
+) -> dict[str, dict[dt.datetime, list[float]]]:
+    """Per node, per hour before cut: [rows, oldest epoch]."""
+    out: dict[str, dict[dt.datetime, list[float]]] = {}
+    for node, h, n, oldest in store.rows(
+        f"SELECT node, time_bucket(INTERVAL 1 HOUR, {tcol}) AS h, count(*), epoch(min({tcol})) FROM {table} "
+        f"WHERE {tcol} IS NOT NULL AND {tcol} < ? GROUP BY ALL",
+        [cut],
+    ):
+        out.setdefault(node, {})[h] = [int(n), float(oldest)]
+    return out
+
+
+def _export_series(store: Store, loc: Location, table: str, cut: dt.datetime, rep: ExportReport) -> None:
+    tcol = SERIES[table]
+    skey = _state_key(table, loc)
+    state: dict[str, list[float]] = json.loads(get_meta(store, skey) or "{}")
+    for node, hours in sorted(_counts(store, table, tcol, cut).items()):
+        days: dict[dt.date, dict[dt.datetime, list[float]]] = {}
+        for h, c in hours.items():
+            days.setdefault(h.date(), {})[h] = c
+        for day, dh in sorted(days.items()):
+            d0 = dt.datetime.combine(day, dt.time())
+            part = loc.path(table, f"date={day.isoformat()}", f"node={escape(node)}")
+            if d0 + dt.timedelta(days=1) <= cut:  # a complete day: one daily segment
+                units = [(d0, d0 + dt.timedelta(days=1), day.isoformat(), f"{day:%Y%m%d}-day")]
+                n = sum(int(c[0]) for c in dh.values())
+                counts = {units[0][2]: [n, min(c[1] for c in dh.values())]}
+            else:
+                units = [(h, h + _H, f"{h:%Y-%m-%dT%H}", f"{h:%Y%m%dT%H}") for h in sorted(dh)]
+                counts = {f"{h:%Y-%m-%dT%H}": c for h, c in dh.items()}
+            for lo, hi, unit, suffix in units:
+                key = f"{node}\t{unit}"
+                write, late = _due(state, key, int(counts[unit][0]), counts[unit][1])
+                if not write:
+                    continue
+                path = f"{part}/{table}-{escape(node)}-{suffix}.parquet"
+                rows, size = write_segment(loc, path, _unit_batches(store, table, tcol, node, lo, hi))
+                rep.add(table, rows, size, series=True)
+                rep.late += late
+                if hi - lo > _H:  # the daily segment replaces the day's hourly ones
+                    _drop_hourly(loc, part)
+                    for k in [k for k in state if k.startswith(f"{key}T")]:
+                        del state[k]
+                # rows, as read back: more written than counted means rows arrived meanwhile (counted next time)
+                state[key] = [rows, counts[unit][1]]
+                set_meta(store, skey, json.dumps(state, separators=(",", ":")))
+
+
+def _drop_hourly(loc: Location, part: str) -> None:
+    """Delete a day partition's hourly segments once its daily one is written. Readers ignore hourly files
+    beside a daily one, so a crash in between shows each row once."""
+    for f in loc.fs.get_file_info(pafs.FileSelector(part, allow_not_found=True)):
+        name = f.base_name
+        hourly = name.endswith(".parquet") and not name.endswith("-day.parquet") and not name.startswith(".")
+        if f.type == pafs.FileType.File and hourly:
+            loc.fs.delete_file(f.path)
+
+
+def _abort_left_open(store: Store, loc: Location) -> None:
+    """Abort the uploads an earlier export could not abort (S3 was frozen or unreachable then)."""
+    left = json.loads(get_meta(store, _open_key(loc)) or "[]")
+    if not left:
+        return
+    still = []
+    for key in left:
+        try:
+            abort_key(loc, key)
+        except OSError:
+            still.append(key)
+    set_meta(store, _open_key(loc), json.dumps(still))
 
 
 def export(
@@ -72,112 +209,24 @@ def export(
     *,
     include_current_hour: bool = False,
 ) -> ExportReport:
-    """Export every whole hour not exported yet, then the snapshots (the whole table, named after the exporting
-    node or store, replaced each time). Idempotent."""
+    """Export every whole hour not exported yet or grown since, then the snapshots (the whole table, named
+    after the exporting node or store, replaced each time). Idempotent."""
     now = time.time() if now is None else now
-    cutoff = (now // HOUR + (1 if include_current_hour else 0)) * HOUR
+    cut = _hour((now // HOUR + (1 if include_current_hour else 0)) * HOUR)
     rep = ExportReport()
-    for table, tcol in SERIES.items():
-        wm_key = f"export:{table}:{loc.url}"
-        wm = get_meta(store, wm_key)
-        lo = dt.datetime.fromisoformat(wm) if wm else None
-        params: list[object] = [_hour(cutoff)]
-        where = f"{tcol} < ?"
-        if lo is not None:
-            where += f" AND {tcol} >= ?"
-            params.append(lo)
-        hours = [
-            r["h"]
-            for r in store.query(
-                f"SELECT DISTINCT time_bucket(INTERVAL 1 HOUR, {tcol}) AS h FROM {table} "
-                f"WHERE {tcol} IS NOT NULL AND {where} ORDER BY h",
-                params,
-            )
-        ]
-        order = {"samples": "metric, gpu, sub, ts", "samples_1m": "metric, gpu, sub, minute"}.get(table, "ts")
-        last_done = None
-        for h in hours:
-            # one query per hour, every node at once, sorted by node: each node's rows are one slice
-            t = store.arrow(
-                f"SELECT * FROM {table} WHERE {tcol} >= ? AND {tcol} < ? + INTERVAL 1 HOUR ORDER BY node, {order}",
-                [h, h],
-            )
-            for node, piece in _by_node(t):
-                name = f"{table}-{_safe(node)}-{h.strftime('%Y%m%dT%H')}.parquet"
-                path = loc.path(table, f"date={h.strftime('%Y-%m-%d')}", f"node={_safe(node)}", name)
-                rep.bytes += write_atomic(loc, path, piece)
-                rep.segments += 1
-                rep.rows += piece.num_rows
-                rep.by_table[table] = rep.by_table.get(table, 0) + piece.num_rows
-            last_done = h
-        if last_done is not None:
-            # the watermark moves only once every segment of these hours is written
-            set_meta(store, wm_key, (last_done + dt.timedelta(hours=1)).isoformat())
-        rep.segments += _compact_days(store, loc, table, tcol, order, cutoff)
-    who = _safe(exporter)
-    for table in SNAPSHOTS:
-        t = store.arrow(f"SELECT * FROM {table}")
-        if t.num_rows == 0:
-            continue
-        path = loc.path(table, f"exporter={who}", f"{table}-{who}.parquet")
-        rep.bytes += write_atomic(loc, path, t)
-        rep.segments += 1
-        rep.by_table[table] = rep.by_table.get(table, 0) + t.num_rows
+    try:
+        _abort_left_open(store, loc)
+        for table in SERIES:
+            _export_series(store, loc, table, cut, rep)
+        who = escape(exporter)
+        for table in SNAPSHOTS:
+            if not store.scalar(f"SELECT count(*) FROM {table}"):
+                continue
+            path = loc.path(table, f"exporter={who}", f"{table}-{who}.parquet")
+            rows, size = write_segment(loc, path, _batches(store, f"SELECT * FROM {table}", []))
+            rep.add(table, rows, size, series=False)
+    except UploadLeftOpen as e:
+        left = json.loads(get_meta(store, _open_key(loc)) or "[]")
+        set_meta(store, _open_key(loc), json.dumps([*left, e.key]))
+        raise
     return rep
-
-
-def _compact_days(store: Store, loc: Location, table: str, tcol: str, order: str, cutoff: float) -> int:
-    """Once every hour of a day is exported, its hourly segments of each node become one daily segment (half
-    the bytes: Parquet's per-file overhead and zstd's window both favour bigger files). The daily file is
-    written first, then the hourly ones are deleted; readers ignore hourly files beside a daily one, so a crash
-    in between shows each row once."""
-    wm = get_meta(store, f"export:{table}:{loc.url}")
-    if not wm:
-        return 0
-    done_until = min(dt.datetime.fromisoformat(wm), _hour(cutoff))
-    days = [
-        r["d"]
-        for r in store.query(
-            f"SELECT DISTINCT CAST({tcol} AS DATE) AS d FROM {table} WHERE {tcol} < ? ORDER BY d",
-            [dt.datetime.combine(done_until.date(), dt.time())],
-        )
-    ]
-    written = 0
-    for day in days:
-        key = f"compact:{table}:{loc.url}:{day.isoformat()}"
-        if get_meta(store, key):
-            continue
-        t = store.arrow(f"SELECT * FROM {table} WHERE CAST({tcol} AS DATE) = ? ORDER BY node, {order}", [day])
-        for node, piece in _by_node(t):
-            part = loc.path(table, f"date={day.isoformat()}", f"node={_safe(node)}")
-            daily = f"{part}/{table}-{_safe(node)}-{day.strftime('%Y%m%d')}-day.parquet"
-            write_atomic(loc, daily, piece)
-            written += 1
-            for f in loc.fs.get_file_info(pafs.FileSelector(part, allow_not_found=True)):
-                if (
-                    f.type == pafs.FileType.File
-                    and f.path.endswith(".parquet")
-                    and not f.path.endswith("-day.parquet")
-                ):
-                    loc.fs.delete_file(f.path)
-        set_meta(store, key, "1")
-    return written
-
-
-def _by_node(t: pa.Table) -> list[tuple[str, pa.Table]]:
-    """Slices of a table sorted by node, one per node."""
-    if t.num_rows == 0:
-        return []
-    import pyarrow.compute as pc
-
-    ends = pc.run_end_encode(t.column("node").combine_chunks())
-    out = []
-    start = 0
-    for node, end in zip(ends.values.to_pylist(), ends.run_ends.to_pylist(), strict=True):
-        out.append((node, t.slice(start, end - start)))
-        start = end
-    return out
-
-
-def _safe(s: str) -> str:
-    return "".join(c if c.isalnum() or c in "-._" else "_" for c in str(s))
