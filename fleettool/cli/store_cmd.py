@@ -84,7 +84,8 @@ def check_cmd(db: DbOpt = DEFAULT_DB, json_out: JsonOpt = False) -> None:
             print(_describe(t, "readable", "DAMAGED"))
     if res.error is not None:
         raise die(
-            f"{db}: the database is damaged: its header cannot be read ({res.error}); no table can be read; "
+            f"{db}: the database is damaged: the file cannot be opened, its header or catalog is damaged "
+            f"({res.error}); no table can be read; "
             f"`fleettool store salvage --db {db}` keeps the file and starts a fresh store",
             ExitCode.STORE_DAMAGED,
         )
@@ -131,7 +132,9 @@ def salvage_cmd(
     for t in res.check.tables:
         print(_describe(t, "saved", "LOST"))
     if res.check.error is not None:
-        print(f"LOST everything: the header cannot be read ({res.check.error})")
+        print(
+            f"LOST everything: the file cannot be opened, its header or catalog is damaged ({res.check.error})"
+        )
     print(f"fresh store: {res.out}; the damaged file is kept as {res.kept}")
     lost = res.check.error is not None or any(not t.ok for t in res.check.tables)
     if lost:
