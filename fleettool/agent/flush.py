@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from fleettool.agent.config import AgentConfig, AgentStats, Buffer
 from fleettool.agent.health import STORE_HEALTHY, store_alert
 from fleettool.collectors.base import Collected
-from fleettool.model import Event, EventKind, Sample
+from fleettool.model import Event, EventKind
 from fleettool.store import Store, StoreDamaged, StoreError
 from fleettool.store.connection import is_damage
 
@@ -128,10 +128,9 @@ def _store_health(ag: Agent, trouble: str | None) -> None:
     the agent not ready (health.readiness), sets agent_store_healthy to 0 and serves the rule set's
     AgentStoreUnhealthy alert from memory, since the alerts in the store cannot be trusted to be evaluated."""
     st, healthy = ag.stats, 0.0 if trouble else 1.0
-    key = (STORE_HEALTHY, None, None, "")
-    if ag.latest.get(key) != healthy:  # stored when it changes, for the rule over the store's history
-        ag.buf.samples.append(Sample(ag.clock(), ag.cfg.node, None, None, STORE_HEALTHY, healthy))
-    ag.latest[key] = healthy
+    # on /metrics only (Prometheus' copy of the rule reads it there): a row for a store that cannot be judged
+    # would only wait in the buffer, and a healthy flush must leave the buffer empty
+    ag.latest[(STORE_HEALTHY, None, None, "")] = healthy
     alert = store_alert(ag.scheduler.rules if ag.scheduler is not None else [])
     others = [a for a in ag.open_alerts if a.get("rule") != alert["rule"]]
     if trouble is None:
