@@ -132,6 +132,12 @@ _DEFS = [
     ),
     MetricDef("agent_buffer_rows", "gauge", "rows", "Rows waiting to be flushed to the store"),
     MetricDef("agent_flush_failures_total", "counter", "failures", "Failed flushes to the store"),
+    MetricDef(
+        "agent_store_healthy",
+        "gauge",
+        "bool",
+        "The store can be judged: not damaged, its rule evaluation and checkpoint succeed (0: alerting is off)",
+    ),
     MetricDef("agent_dropped_rows_total", "counter", "rows", "Rows dropped because the buffer was full"),
     MetricDef(
         "agent_events_deduplicated_total",

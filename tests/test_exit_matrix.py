@@ -37,6 +37,7 @@ USAGE, BAD_INPUT, NOT_OURS, DB_ERROR, UNAVAILABLE = (
     int(ExitCode.STORE_ERROR),
     int(ExitCode.UNAVAILABLE),
 )
+DAMAGED = int(ExitCode.STORE_DAMAGED)
 # tools a command may need; the rows that strip PATH check none of them is left on it
 TOOLS = ("scontrol", "kubectl", "ssh", "srun", "dcgmi", "all_reduce_perf")
 NO_TOOLS_PATH = str(Path(sys.executable).parent)  # fleettool and python only
@@ -229,7 +230,19 @@ def _tool_cases() -> Iterator[Case]:
     )
 
 
-CASES = [*_db_cases(), *_path_cases(), *_number_cases(), *_tool_cases()]
+def _damaged_cases() -> Iterator[Case]:
+    """A fleettool store whose header is damaged: exit 9 naming it, never 4 (locked) or 70 (a bug)."""
+    line = "{damaged}: the database is damaged"
+    for cmd, extra in READERS:
+        yield Case(cmd, (*extra, "--db", "{damaged}"), DAMAGED, line, "a damaged store (reads)")
+    yield Case(("store", "check"), ("--db", "{damaged}"), DAMAGED, line, "a damaged store")
+    for cmd in (("store", "check"), ("store", "salvage")):
+        yield Case(cmd, ("--db", "{missing}"), BAD_INPUT, "{missing}: no such database", "no such --db")
+        yield Case(cmd, ("--db", "{text}"), NOT_OURS, "{text}: not a DuckDB database", "a text file as --db")
+    yield Case(("store", "salvage"), ("--db", "{store}", "--out", "{text}"), USAGE, "--out", "--out exists")
+
+
+CASES = [*_db_cases(), *_path_cases(), *_number_cases(), *_tool_cases(), *_damaged_cases()]
 
 
 @dataclass
@@ -282,6 +295,12 @@ def _materialise(case: Case, d: Path, template: Path, port: int) -> dict[str, st
         _foreign_duckdb(Path(subst["foreign"]))
     if "{store}" in text:
         shutil.copy(template, subst["store"])
+    subst["damaged"] = str(d / "damaged.duckdb")
+    if "{damaged}" in text:  # a fleettool store with its header blocks overwritten (the magic bytes kept)
+        shutil.copy(template, subst["damaged"])
+        with open(subst["damaged"], "r+b") as f:
+            f.seek(12)
+            f.write(b"\xa5" * (3 * 4096 - 12))
     return subst
 
 

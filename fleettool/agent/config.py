@@ -50,6 +50,7 @@ class AgentStats:
     )
     retention_failures: int = 0
     last_flush_error: str | None = None
+    store_error: str | None = None  # the store cannot be judged: damaged, its rules or checkpoint failing
 
 
 @dataclass

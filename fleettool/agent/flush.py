@@ -15,9 +15,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from fleettool.agent.config import AgentConfig, AgentStats, Buffer
+from fleettool.agent.health import STORE_HEALTHY, store_alert
 from fleettool.collectors.base import Collected
 from fleettool.model import Event, EventKind
-from fleettool.store import Store, StoreError
+from fleettool.store import Store, StoreDamaged, StoreError
+from fleettool.store.connection import is_damage
 
 if TYPE_CHECKING:
     from fleettool.engine.incremental import RuleScheduler
@@ -32,6 +34,7 @@ class Agent(Protocol):
     buf: Buffer
     scheduler: RuleScheduler | None
     open_alerts: list[dict[str, object]]
+    latest: dict[tuple[str, int | None, str | None, str], float]
     clock: Callable[[], float]
     _last_export: float
     _last_retention: float
@@ -94,21 +97,65 @@ def flush_buffer(ag: Agent, *, final: bool = False, urgent: bool = False) -> boo
     if stats.last_flush_error is not None:
         ag.log("store writable again")
         stats.last_flush_error = None
+    trouble: str | None = None
+    checkpoint: str | None = None
     try:
-        _after_write(ag, pipe, store, judged_at, urgent)
+        trouble = _after_write(ag, pipe, store, judged_at, urgent)
+        checkpoint = _checkpoint(store)
     finally:
-        store.close()
-    return True
+        with contextlib.suppress(Exception):  # the checkpoint said what closing would
+            store.close()
+    if checkpoint is not None:  # the rows are in the WAL, not in the file: no success claimed
+        stats.flush_failures += 1
+        ag.log(f"{checkpoint} (the write-ahead log grows)")
+    _store_health(ag, trouble or checkpoint)
+    return checkpoint is None
 
 
-def _after_write(ag: Agent, pipe: Pipeline, store: Store, now: float, urgent: bool) -> None:
+def _checkpoint(store: Store) -> str | None:
+    """Fold the WAL into the file now (closing the file would, silently): the error's first line, or None.
+    Another connection of this process in a write is not a failure; the next flush checkpoints."""
+    try:
+        store.execute("CHECKPOINT")
+    except Exception as e:
+        msg = _first_line(e)
+        return None if "cannot checkpoint: there are other" in msg.lower() else f"checkpoint failed: {msg}"
+    return None
+
+
+def _store_health(ag: Agent, trouble: str | None) -> None:
+    """The store judged after a flush: `trouble` (a damaged file, failing rules, a failing checkpoint) makes
+    the agent not ready (health.readiness), sets agent_store_healthy to 0 and serves the rule set's
+    AgentStoreUnhealthy alert from memory, since the alerts in the store cannot be trusted to be evaluated."""
+    st, healthy = ag.stats, 0.0 if trouble else 1.0
+    # on /metrics only (Prometheus' copy of the rule reads it there): a row for a store that cannot be judged
+    # would only wait in the buffer, and a healthy flush must leave the buffer empty
+    ag.latest[(STORE_HEALTHY, None, None, "")] = healthy
+    alert = store_alert(ag.scheduler.rules if ag.scheduler is not None else [])
+    others = [a for a in ag.open_alerts if a.get("rule") != alert["rule"]]
+    if trouble is None:
+        if st.store_error is not None:
+            ag.log("the store is healthy again")
+        st.store_error = None
+        ag.open_alerts = others
+        return
+    if trouble != st.store_error:
+        ag.log(f"the store cannot be judged, alerting from it is off: {trouble}")
+    st.store_error = trouble
+    ag.open_alerts = [alert, *others]
+
+
+def _after_write(ag: Agent, pipe: Pipeline, store: Store, now: float, urgent: bool) -> str | None:
+    """The rules, the export and retention after a committed write; the rules' failure, if they failed."""
     cfg = ag.cfg
+    failed = None
     if ag.scheduler is not None:
         try:  # the pipeline rolls back a failed evaluation
             pipe.evaluate_due(now, urgent=urgent)
             ag.open_alerts = pipe.firing_alerts(cfg.node)
-        except Exception as e:  # a broken rule must not stop collection
-            ag.log(f"rule evaluation failed: {_first_line(e)}")
+        except Exception as e:  # a broken rule must not stop collection; it makes the agent not ready
+            failed = f"rule evaluation failed: {_first_line(e)}"
+            ag.log(failed)
     if cfg.export_to and due(now, ag._last_export, cfg.export_every_s):
         ag._last_export = now
         try:
@@ -127,6 +174,7 @@ def _after_write(ag: Agent, pipe: Pipeline, store: Store, now: float, urgent: bo
             with contextlib.suppress(Exception):
                 store.rollback()
             ag.log(f"retention failed (raw samples kept): {_first_line(e)}")
+    return failed
 
 
 def _flush_failed(ag: Agent, e: Exception) -> None:
@@ -139,3 +187,5 @@ def _flush_failed(ag: Agent, e: Exception) -> None:
             Event(ag.clock(), ag.cfg.node, EventKind.AGENT.value, f"flush failed: {msg}", source="agent")
         )
     stats.last_flush_error = msg
+    if isinstance(e, StoreDamaged) or is_damage(e):
+        _store_health(ag, f"the database is damaged: {msg}")

@@ -16,17 +16,27 @@ while one runs. It counts as progress for up to FLUSH_BOUND_S: retention and the
 flush after a start, so a bound shorter than the slowest of them would restart the agent into the same flush
 forever (a crash loop); a flush past ten minutes is taken for hung.
 
-Readiness is "this agent's data can be trusted to be kept": the first collection is done, and the store takes
-the flushes, or the rows wait in the buffer within --max-buffer. Once the buffer is full and rows are dropped
+Readiness is "this agent's data can be trusted to be kept, and judged": the first collection is done, the store
+is healthy (not damaged, its rules and checkpoints run), and the store takes the flushes, or the rows wait in the
+buffer within --max-buffer. Once the buffer is full and rows are dropped
 (counted in agent_dropped_rows_total) it is not ready until a flush reaches the store again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from fleettool.agent.config import AgentConfig, AgentStats
+
+if TYPE_CHECKING:
+    from fleettool.engine.rules import Rule
+
+# The store is judged after every flush (agent/flush.py): a damaged file, a failing rule evaluation or a failing
+# checkpoint set agent_store_healthy to 0, make the agent not ready, and put the rule set's AgentStoreUnhealthy
+# alert on /metrics from memory: an agent whose store cannot be read cannot evaluate that alert from the store.
+STORE_HEALTHY = "agent_store_healthy"
+STORE_RULE = "AgentStoreUnhealthy"
 
 FLUSH_BOUND_S = 600.0
 MIN_TICK_BOUND_S = 10.0
@@ -74,10 +84,31 @@ def liveness(ag: Loop) -> tuple[bool, str]:
     return True, f"last tick {since:.1f}s ago (bound {bound:.0f}s)"
 
 
+def store_alert(rules: Iterable[Rule]) -> dict[str, object]:
+    """The AgentStoreUnhealthy alert as /metrics lists a firing alert (pipeline.AGENT_ALERT_FIELDS), from the
+    rule set's own rule when it has one (its severity, category, action), else as the built-in rule says."""
+    for r in rules:
+        if r.alert == STORE_RULE:
+            return {
+                "rule": r.alert,
+                "severity": getattr(r.severity, "value", r.severity),
+                "category": getattr(r.category, "value", r.category),
+                "action": getattr(r.action, "value", r.action),
+                "gpu": None,
+            }
+    return {"rule": STORE_RULE, "severity": "critical", "category": "agent", "action": "none", "gpu": None}
+
+
 def readiness(ag: Loop) -> tuple[bool, str]:
     if ag.last_tick_mono is None:
         return False, "the first collection has not finished"
     st = ag.stats
+    if st.store_error is not None:
+        db = ag.cfg.db
+        return False, (
+            f"the store cannot be judged, alerting from it is off ({st.store_error}); "
+            f"run `fleettool store check --db {db}`"
+        )
     dropped = st.dropped_rows - ag.dropped_at_last_flush
     if st.last_flush_error is not None and dropped > 0:
         return False, (

@@ -17,6 +17,7 @@ from fleettool.cli import (
     query_cmd,
     replay_cmd,
     rules_cmd,
+    store_cmd,
 )
 from fleettool.cli.exit_codes import EPILOG, ExitCode
 from fleettool.cli.stdout_pipe import flush_stdout, guard_stdout
@@ -58,6 +59,7 @@ burnin_cmd.register(app)
 fleet_cmd.register(app)
 fleet_cmd.register_tui(app)
 node_cmd.register(app)
+store_cmd.register(app)
 
 
 def _usage_line(err: Exception) -> str:

@@ -38,9 +38,11 @@ def die(msg: str, code: ExitCode) -> typer.Exit:
 
 def store_exit(err: Exception) -> typer.Exit:
     """A StoreError as its documented exit: 3 no such database (a missing path, like any other), 4 locked,
-    5 not fleettool's, 6 cannot open or write."""
-    from fleettool.store.errors import NoSuchStore, StoreCorrupt, StoreLocked
+    5 not fleettool's, 6 cannot open or write, 9 damaged."""
+    from fleettool.store.errors import NoSuchStore, StoreCorrupt, StoreDamaged, StoreLocked
 
+    if isinstance(err, StoreDamaged):
+        return die(str(err), ExitCode.STORE_DAMAGED)
     if isinstance(err, NoSuchStore):
         return die(str(err), ExitCode.BAD_INPUT)
     if isinstance(err, StoreLocked):
@@ -82,6 +84,12 @@ def open_store(
     except (duckdb.IOException, duckdb.PermissionException, duckdb.OutOfMemoryException) as e:
         from fleettool.store.db import _classify
 
+        raise store_exit(_classify(str(path), e)) from None
+    except duckdb.Error as e:  # a damaged block met by the command's own query is exit 9, not a bug
+        from fleettool.store.connection import _classify, is_damage
+
+        if not is_damage(e):
+            raise
         raise store_exit(_classify(str(path), e)) from None
     else:  # said after the command's own work, so that a failure stays one line
         if new and say_created:

@@ -25,6 +25,9 @@ class ExitCode(enum.IntEnum):
     UNAVAILABLE = (
         8  # something the command needs is unavailable (port in use, scontrol/kubectl/ssh/dcgmi missing)
     )
+    STORE_DAMAGED = (
+        9  # the database file is damaged: `fleettool store check` / `store salvage` (never "a bug")
+    )
     INTERNAL = 70  # a bug in fleettool (one line; FLEETTOOL_DEBUG=1 shows the traceback)
 
 
@@ -36,5 +39,6 @@ EPILOG = (
     "6 database cannot be opened or written (no permission, disk full); "
     "7 nothing could be tested or a burn-in was inconclusive (no GPU, a GPU busy with another process); "
     "8 something needed is unavailable (port in use, scontrol/kubectl/ssh/dcgmi not installed); "
+    "9 the database is damaged (run `fleettool store check --db PATH`, then `fleettool store salvage`); "
     "70 internal error (a bug: please report it). Every failure is one line on stderr."
 )

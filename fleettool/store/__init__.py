@@ -11,6 +11,7 @@ that writes SQL which changes data or schema; every other layer calls these modu
   meta.py        bookmarks in the meta table (export watermarks)
   attach.py      Parquet segments or Arrow datasets attached as tables (fleet reading)
   values.py      how times and evidence are stored
+  salvage.py     a damaged store: which tables still read (check), copy them into a fresh store (salvage)
 
 `Store` is imported on first use, so the errors and `precheck` cost no duckdb or pyarrow import."""
 
@@ -18,12 +19,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fleettool.store.errors import NoSuchStore, NotFleettool, StoreCorrupt, StoreError, StoreLocked, precheck
+from fleettool.store.errors import (
+    NoSuchStore,
+    NotFleettool,
+    StoreCorrupt,
+    StoreDamaged,
+    StoreError,
+    StoreLocked,
+    precheck,
+)
 
 if TYPE_CHECKING:
     from fleettool.store.db import Store
 
-__all__ = ["Store", "StoreError", "StoreLocked", "StoreCorrupt", "NotFleettool", "NoSuchStore", "precheck"]
+__all__ = [
+    "Store",
+    "StoreError",
+    "StoreLocked",
+    "StoreCorrupt",
+    "StoreDamaged",
+    "NotFleettool",
+    "NoSuchStore",
+    "precheck",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -16,19 +16,45 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from fleettool.store.errors import NotFleettool, StoreCorrupt, StoreError, StoreLocked
+from fleettool.store.errors import NotFleettool, StoreCorrupt, StoreDamaged, StoreError, StoreLocked
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 
+# DuckDB's own words, matched as whole phrases: a substring such as "lock" also matches "block at location 0"
+# of a checksum error, which made a damaged header "locked by another process" (exit 4 after a 5 s wait)
+LOCK_PHRASES = ("could not set lock on file", "conflicting lock is held", "resource temporarily unavailable")
+DAMAGE_PHRASES = (
+    "corrupt database file",  # a block whose checksum does not match (a header, a data block)
+    "could not read enough bytes from file",  # a file cut short (a block past its end)
+    "failure while replaying wal",  # a write-ahead log that cannot be applied
+    "failed to create checkpoint",  # the WAL cannot be folded back into the damaged file
+    "database has been invalidated",  # every statement after one of the above in the same process
+)
+PERMISSION_PHRASES = ("permission denied", "read-only file system", "no space left on device")
+
+
+def is_damage(err: BaseException) -> bool:
+    """Whether a DuckDB error says the file is damaged (DAMAGE_PHRASES)."""
+    low = str(err).lower()
+    return any(p in low for p in DAMAGE_PHRASES)
+
+
 def _classify(path: str, err: Exception) -> StoreError:
     msg = str(err).splitlines()[0] if str(err) else type(err).__name__
     low = msg.lower()
-    if "lock" in low or "conflicting" in low or "resource temporarily unavailable" in low:
+    if any(p in low for p in LOCK_PHRASES):
         return StoreLocked(f"{path}: database is locked by another process ({msg})")
+    if is_damage(err):
+        return StoreDamaged(
+            f"{path}: the database is damaged ({msg}); run `fleettool store check --db {path}`, "
+            f"then `fleettool store salvage --db {path}`"
+        )
     if "not a valid duckdb" in low:
         return NotFleettool(f"{path}: not a DuckDB database; nothing was changed")
+    if any(p in low for p in PERMISSION_PHRASES):
+        return StoreError(f"{path}: {msg}")
     if "corrupt" in low or "invalid" in low or "serialization" in low or "magic" in low:
         return StoreCorrupt(f"{path}: not a readable fleettool database ({msg})")
     if "no such file or directory" in low:

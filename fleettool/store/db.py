@@ -4,17 +4,24 @@ connection primitives and locking in store/connection.py)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import duckdb
 
 from fleettool.store.bulk import BulkWrites
-from fleettool.store.connection import _classify, connect
+from fleettool.store.connection import _classify, connect, is_damage
 from fleettool.store.errors import NotFleettool, StoreCorrupt, StoreError, precheck
 from fleettool.store.schema import CORE_TABLES, DDL, FORMAT, FORMAT_KEY, KNOWN_TABLES, SCHEMA_VERSION
 from fleettool.store.telemetry import TelemetryWrites
 
 __all__ = ["Store"]
+
+_CREATE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+)")
+_ADDED: dict[str, list[tuple[str, str]]] = {}  # columns the DDL adds to an older table (ALTER ... ADD COLUMN)
+for _stmt in DDL:
+    if (_m := re.match(r"ALTER TABLE (\w+) ADD COLUMN IF NOT EXISTS (\w+) (\w+)", _stmt)) is not None:
+        _ADDED.setdefault(_m.group(1), []).append((_m.group(2), _m.group(3)))
 
 
 class Store(TelemetryWrites, BulkWrites):
@@ -38,9 +45,11 @@ class Store(TelemetryWrites, BulkWrites):
             precheck(self.path, read_only=read_only, create=create)
         self.con = connect(self.path, read_only=read_only, wait_s=wait_s)
         try:
-            kind = self._identify()
+            kind, version = self._identify()
             if not read_only and (migrate or kind != "ours"):
                 self._migrate()
+            elif read_only and version < SCHEMA_VERSION:
+                self._migrate_in_memory()
         except duckdb.Error as e:
             self.con.close()
             raise _classify(self.path, e) from e
@@ -59,23 +68,23 @@ class Store(TelemetryWrites, BulkWrites):
         ).fetchall()
         return sorted(t if s == "main" else f"{s}.{t}" for s, t in rows)
 
-    def _identify(self) -> str:
-        """'new' (no tables), 'ours' (the marker), 'legacy' (a store from before the marker); else raise
-        NotFleettool (or StoreCorrupt for a store newer than this fleettool)."""
+    def _identify(self) -> tuple[str, int]:
+        """('new' (no tables), 'ours' (the marker) or 'legacy' (a store from before the marker), its schema
+        version); else raise NotFleettool (or StoreCorrupt for a store newer than this fleettool, StoreDamaged
+        for one whose meta table cannot be read)."""
         tables = self._tables()
         if not tables:
             if self.read_only:
                 raise NotFleettool(f"{self.path}: not a fleettool database (it has no tables)")
-            return "new"
+            return "new", SCHEMA_VERSION
         meta: dict[str, str] = {}
         if "meta" in tables:
-            try:
-                rows = self.con.execute(
-                    "SELECT key::VARCHAR, value::VARCHAR FROM meta WHERE key IN (?, 'schema_version')",
-                    [FORMAT_KEY],
-                ).fetchall()
-                meta = {str(k): str(v) for k, v in rows}
-            except duckdb.Error:  # another program's `meta`, with other columns
+            try:  # a plain scan: a lookup by key reads the primary key's index, more blocks that may be damaged
+                rows = self.con.execute("SELECT key::VARCHAR, value::VARCHAR FROM meta").fetchall()
+                meta = {str(k): str(v) for k, v in rows if k in (FORMAT_KEY, "schema_version")}
+            except duckdb.Error as e:  # another program's `meta`, with other columns; or a damaged file
+                if is_damage(e):
+                    raise _classify(self.path, e) from e
                 meta = {}
         if meta.get(FORMAT_KEY) == FORMAT:
             kind = "ours"
@@ -94,7 +103,26 @@ class Store(TelemetryWrites, BulkWrites):
                 f"{self.path}: schema version {version} is newer than this fleettool's ({SCHEMA_VERSION}); "
                 "upgrade fleettool"
             )
-        return kind
+        return kind, int(version)
+
+    def _migrate_in_memory(self) -> None:
+        """A reader of an older store sees the current schema without writing a byte: the tables a later
+        version added are empty temporary tables, and a column added since reads as NULL (a temporary view of
+        the same name over the file's table). The next read-write open migrates the file itself."""
+        have = set(self._tables())
+        db = str(self.con.execute("SELECT current_database()").fetchone()[0]).replace('"', '""')  # type: ignore[index]
+        for stmt in DDL:
+            if (m := _CREATE.match(stmt)) is not None and m.group(1) not in have:
+                self.con.execute(_CREATE.sub(r"CREATE TEMP TABLE \1", stmt, count=1))
+        for table, cols in _ADDED.items():
+            if table not in have:
+                continue
+            present = {r[0] for r in self.con.execute(f'DESCRIBE "{db}".main.{table}').fetchall()}
+            missing = [f"NULL::{typ} AS {col}" for col, typ in cols if col not in present]
+            if missing:
+                self.con.execute(
+                    f'CREATE TEMP VIEW {table} AS SELECT *, {", ".join(missing)} FROM "{db}".main.{table}'
+                )
 
     def _migrate(self) -> None:
         """Create or upgrade the schema, and mark the file as fleettool's, in one transaction."""

@@ -23,6 +23,12 @@ class StoreCorrupt(StoreError):
     """The file is not a DuckDB database this version can read."""
 
 
+class StoreDamaged(StoreError):
+    """A fleettool store whose file is damaged (a checksum that does not match, a file cut short, a WAL that
+    cannot be replayed): not locked, not someone else's, not a bug. `fleettool store check` says which tables
+    are still readable, `fleettool store salvage` copies them into a fresh store."""
+
+
 class NotFleettool(StoreCorrupt):
     """A file that is not a fleettool store (a text file, another program's DuckDB): it was left untouched."""
 
