@@ -183,3 +183,20 @@ def test_salvage_to_another_path_leaves_the_damaged_file(healthy: Path, tmp_path
     assert run_cli("store", "check", "--db", str(out), timeout=60).returncode == 0
     r2 = run_cli("store", "salvage", "--db", str(p), "--out", str(out), timeout=60)
     assert r2.returncode == int(ExitCode.USAGE) and "--out" in _one_line(r2)
+
+
+@pytest.mark.parametrize("damage", [truncated, bad_header])
+def test_an_agent_started_on_a_damaged_store_says_so_with_exit_9(
+    healthy: Path, tmp_path: Path, damage
+) -> None:  # type: ignore[no-untyped-def]
+    """Its start-up reads the store's GPU inventory (how many GPUs this node had) before the agent's own open;
+    whatever reads first, the damage is named, exit 9. (A damaged block the agent never reads, bad_block's old
+    samples, lets it run: its appends and its rules' windows are whole, and `store check` finds the block.)"""
+    p = damage(healthy, tmp_path)
+    r = run_cli(
+        "agent", "--db", str(p), "--source", "fake", "--kmsg", "off", "--dcgm-exporter", "off", "--node", "gpu-1",
+        "--duration", "2s",
+    )  # fmt: skip
+    assert r.returncode == DAMAGED, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert str(p) in line and "store salvage" in line

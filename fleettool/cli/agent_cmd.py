@@ -367,13 +367,15 @@ def register(app: typer.Typer) -> None:
 def _known_gpus(db: Path, node: str) -> int:
     """How many GPUs (by index) the store's inventory has for this node; 0 when there is no store yet or it
     cannot be read now (the agent's own open, later, reports why)."""
+    import duckdb
+
     from fleettool.store import Store, StoreError, precheck
 
     try:
         precheck(str(db), read_only=True)
         with Store(db, read_only=True, wait_s=2.0) as st:
             n = st.scalar("SELECT count(DISTINCT gpu) FROM gpus WHERE node = ? AND gpu IS NOT NULL", [node])
-    except StoreError:
+    except (StoreError, duckdb.Error):  # a damaged inventory too: the agent's own open says what is wrong
         return 0
     return int(n or 0)
 
