@@ -52,7 +52,9 @@ elif args[0] == "get":
 elif args[0] == "logs":
     name = args[1].split("/", 1)[1]
     job = json.loads((state / f"{name}.json").read_text())
-    print(json.dumps({"job": name, "args": job["spec"]["template"]["spec"]["containers"][0]["args"]}))
+    spec = job["spec"]["template"]["spec"]
+    report = {"run_id": name, "node": spec["nodeSelector"]["kubernetes.io/hostname"], "started": 1714564800}
+    print(json.dumps({**report, "job": name, "args": spec["containers"][0]["args"]}))
 else:
     print("unexpected: " + " ".join(args), file=sys.stderr)
     sys.exit(2)

@@ -115,3 +115,26 @@ def test_replay_bad_labels_and_timestamps(tmp_path: Path) -> None:
         ("gpu_temp_c", None, 45.0, AT_S),
         ("power_w", 0, 312.5, AT_S + 45),
     ]
+
+
+def test_a_gzip_of_blank_lines_replays_in_seconds_not_minutes(tmp_path: Path) -> None:
+    """97 KB of gzip that expands to 100 M blank lines between one sample and `# EOF` (it took 4 minutes and
+    1.1 GB: each blank line went through the line-by-line parser). Bounded by the subprocess's timeout, not
+    timed: blank lines cost whole-array passes now (bench/README.md has the figures)."""
+    import gzip
+
+    path = tmp_path / "blank.om.gz"
+    with gzip.open(path, "wb", 9) as f:
+        f.write(
+            b'# TYPE DCGM_FI_DEV_GPU_TEMP gauge\nDCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="n1"} 41 1714564800\n'
+        )
+        for _ in range(100):
+            f.write(b"\n" * 1_000_000)
+        f.write(b'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="n1"} 43 1714564860\n# EOF\n')
+    assert path.stat().st_size < 120_000
+    db = tmp_path / "t.duckdb"
+    rc = run_cli("replay", str(path), "--db", str(db), "--json", timeout=20)
+    assert rc.returncode == 0, rc.stderr
+    (f,) = json.loads(rc.stdout)["files"]
+    assert (f["format"], f["rows"], f["issues"], f["partial"]) == ("openmetrics", 2, 0, None)
+    assert _sql(db, "SELECT value FROM samples ORDER BY ts") == [(41.0,), (43.0,)]

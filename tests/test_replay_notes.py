@@ -89,12 +89,39 @@ def test_a_file_of_series_fleettool_does_not_map_says_so_with_the_counts(tmp_pat
     prof = tmp_path / "prof.prom"
     lines = (PROM / "scrape-legacy-exporter.prom").read_text().splitlines()
     prof.write_text("\n".join(ln for ln in lines if "_PROF_" in ln and "DRAM_ACTIVE" not in ln) + "\n")
-    rc, rep, _ = _replay_json(tmp_path, prof, "--node", "gpu-17")
-    assert rc == 0 and rep["rows"] == 0
-    assert rep["notes"] == [
+    rc, rep, err = _replay_json(tmp_path, prof, "--node", "gpu-17")
+    why = (
         "no GPU series fleettool knows: 5 samples of 5 series not stored: no fleettool metric for "
         "DCGM_FI_PROF_PIPE_FP64_ACTIVE, DCGM_FI_PROF_PIPE_FP32_ACTIVE, DCGM_FI_PROF_PIPE_FP16_ACTIVE (2 more)"
+    )
+    assert rep["rows"] == 0 and rep["notes"] == [why] and rep["nothing_stored"] == why
+    # the only file stored nothing: not a quiet 0 (it was), one line naming it and why
+    assert rc == 3 and err.splitlines() == [
+        f"fleettool: nothing stored from {tmp_path / 'rec'} (1 file read: prof.prom: {why})"
     ]
+
+
+def test_a_file_that_stores_nothing_beside_files_that_do_is_named_with_why(tmp_path: Path) -> None:
+    """A directory where one file stored nothing: a line naming it and why, exit 0 as for a partly read
+    directory; replayed again, the others are already ingested and the empty one says so again (never an
+    'already ingested' for a file that stored nothing)."""
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    shutil.copyfile(FIXTURES / "scenarios" / "app-xid" / "dcgm-exporter.om.gz", rec / "dcgm.om.gz")
+    (rec / "late.om").write_text('DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="n1"} 40 -5\n' * 3 + "# EOF\n")
+    why = "3 malformed lines (first: line 1: timestamp '-5' is not a unix time in 1973..2100 (seconds or milliseconds))"
+    for _ in range(2):
+        r = run_cli("replay", str(rec), "--db", str(tmp_path / "t.duckdb"), "--json", "-q")
+        assert r.returncode == 0, r.stderr
+        assert r.stderr.splitlines() == [f"fleettool: note: {rec / 'late.om'}: nothing stored ({why})"]
+        files = {Path(f["path"]).name: f for f in json.loads(r.stdout)["files"]}
+        assert files["late.om"]["nothing_stored"] == why and files["late.om"]["status"] == "read"
+    assert files["dcgm.om.gz"]["status"] == "ignored" and files["dcgm.om.gz"]["nothing_stored"] is None
+    text = run_cli("replay", str(rec / "late.om"), "--db", str(tmp_path / "t.duckdb"), "-q")
+    assert text.returncode == 3 and text.stderr.splitlines() == [
+        f"fleettool: nothing stored from {rec / 'late.om'} (1 file read: late.om: {why})"
+    ]
+    assert f"    nothing stored: {why}" in text.stdout.splitlines()
 
 
 def test_counts_add_up_over_many_chunks_and_series_that_appear_late(

@@ -17,6 +17,8 @@ import subprocess
 import time
 from typing import Any
 
+from fleettool.burnin.report import NotAReport, from_dict
+
 _NODE = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
 )
@@ -162,7 +164,8 @@ def job_outcome(status: dict[str, Any]) -> str | None:
 
 
 def run_argv(argv: list[str], timeout_s: float) -> dict[str, Any]:
-    """Run a remote burn-in command and return its JSON report."""
+    """Run a remote burn-in command and return its JSON report; DispatchError when it gives none, or JSON that is
+    not a burn-in report (report.from_dict says what is wrong where)."""
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except FileNotFoundError as e:
@@ -170,12 +173,19 @@ def run_argv(argv: list[str], timeout_s: float) -> dict[str, Any]:
     except subprocess.TimeoutExpired as e:
         raise DispatchError(f"{argv[0]} timed out after {timeout_s:g}s") from e
     try:
-        return dict(json.loads(p.stdout))
+        doc = json.loads(p.stdout)
     except json.JSONDecodeError:
         tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
         raise DispatchError(
             f"{' '.join(argv[:3])}...: exit {p.returncode}, no JSON report ({tail[0]})"
         ) from None
+    try:  # its shape checked here, so a wrong one is this error (no verdict), never a crash storing it
+        from_dict(doc)
+    except NotAReport as e:
+        raise DispatchError(
+            f"{' '.join(argv[:3])}...: exit {p.returncode}, its JSON is not a burn-in report: {e}"
+        ) from None
+    return dict(doc)
 
 
 def run_k8s(

@@ -4,7 +4,9 @@ The work is fleettool.pipeline.replay's; this module parses the options and prin
 
 The summary names every file with its reader and what it stored, or why it was skipped, or what a partial
 file kept, and where its times came from. Nothing recognised is exit 3; so is --strict with any skipped or
-partial file (after the rest was read), and any file whose reading failed.
+partial file (after the rest was read), any file whose reading failed, and a replay where no file stored
+anything though one held something (malformed lines, series no fleettool metric maps): each such file is named
+with why, on stderr, also when others stored rows (then exit 0, as for a partly read directory).
 """
 
 from __future__ import annotations
@@ -63,8 +65,12 @@ def _line(r: Any) -> str:
         out += "\n    partial: " + "; ".join(r.partial)
     if r.time_source:
         out += f"\n    time: {r.time_source}"
+    empty = r.nothing_stored()
     for n in r.notes:
-        out += f"\n    note: {n}"
+        if empty is None or n not in empty:
+            out += f"\n    note: {n}"
+    if empty is not None:
+        out += f"\n    nothing stored: {empty}"
     return out
 
 
@@ -204,6 +210,7 @@ def _replay_into(
                     f"{a['summary']}"
                 )
                 print(f"  {'':8s} {_when(a)}; runbook: {a['runbook']}")
+    _nothing_from(src, read, res.seen)
     if failed and not strict:
         raise typer.Exit(int(ExitCode.BAD_INPUT))  # each failure was named on stderr as it happened
     if strict and (failed or skipped or partial):
@@ -215,6 +222,20 @@ def _replay_into(
             n = len(unsaid) + len(failed)
             raise die(f"--strict: {n} file{'s' if n != 1 else ''} not fully read ({why})", ExitCode.BAD_INPUT)
         raise typer.Exit(int(ExitCode.BAD_INPUT))
+
+
+def _nothing_from(src: Path, read: list[Any], seen: list[Any]) -> None:
+    """Each file read that stored nothing, named with why on stderr; when no file stored anything (and none was
+    stored by an earlier replay), one line and exit 3: a replay that stored nothing is never a quiet 0."""
+    empty = [(r, why) for r in read if (why := r.nothing_stored()) is not None]
+    if empty and len(empty) == len(read) and not seen:
+        n = len(empty)
+        listed = "; ".join(f"{Path(r.path).name}: {why}" for r, why in empty)
+        raise die(
+            f"nothing stored from {src} ({n} file{'s' if n != 1 else ''} read: {listed})", ExitCode.BAD_INPUT
+        )
+    for r, why in empty:
+        print(f"fleettool: note: {r.path}: nothing stored ({why})", file=sys.stderr)
 
 
 def _when(a: dict[str, Any]) -> str:

@@ -77,23 +77,34 @@ def _parse_padded(parser: ExpositionParser, pad: Any, n: int, first_lineno: int)
     if n >= _VIEW_MAX:
         return parse_bytes(parser, pad[:n].tobytes(), first_lineno)
     buf = pad[:n]
-    # one pass over the bytes for every byte <= ' ' (newlines, spaces, controls), one for '#': not a single
-    # pass over every byte <= '#', which takes the labels' quotes too (~3x the positions to gather)
-    cand = np.flatnonzero(buf <= 32)
+    win = np.ndarray((n + 13,), dtype="<u4", buffer=pad, strides=(1,))  # 4 bytes from every offset
+    block = pa.py_buffer(pad)  # Arrow views of the block point into it (no copy)
+    # the lines that hold something, from whole-block boolean passes: a run of blank lines costs no array entry
+    # and no Python (a gzip of newlines expands 1000-fold); a line is a maximal run of bytes other than '\n'
+    is_nl = buf == 10
+    n_lines = int(np.count_nonzero(is_nl)) + int(buf[-1] != 10)  # no last line after a trailing newline
+    text = ~is_nl
+    starts = np.flatnonzero(text & np.concatenate(([True], is_nl[:-1])))  # a line's first byte
+    ends = np.flatnonzero(text & np.concatenate((is_nl[1:], [True]))) + 1  # one past its last byte
+    held = ends - starts
+    li = starts - (np.cumsum(held) - held)  # the line's index in the block: the newlines before its start
+    ends = ends - (buf[ends - 1] == 13)  # strip a trailing carriage return
+    # every byte <= ' ' but newlines (spaces, tabs, controls) in one pass, one pass for '#': not a single pass
+    # over every byte <= '#', which takes the labels' quotes too (~3x the positions to gather)
+    cand = np.flatnonzero((buf <= 32) & text)
     cb = buf[cand]
-    nl = cand[cb == 10]
-    starts = np.concatenate(([0], nl + 1))
-    ends = np.concatenate((nl, [n]))
-    if ends[-1] == starts[-1]:  # trailing newline: no last line
-        starts = starts[:-1]
-        ends = ends[:-1]
-    linenos = np.arange(first_lineno, first_lineno + len(starts))
-    # strip a trailing carriage return
-    if len(ends):
-        cr = (ends > starts) & (buf[np.maximum(ends - 1, 0)] == 13)
-        ends = ends - cr
-    nonempty = ends > starts
-    firstc = np.where(nonempty, buf[np.minimum(starts, n - 1)], 35)
+    # lines of whitespace (str.split's: the line-by-line parser skips them) and comments are sorted out here in
+    # whole arrays too, never a line of Python each
+    ws = cand[(cb >= 28) | ((cb >= 9) & (cb <= 13))]
+    if len(ws) and len(li):
+        blank = np.searchsorted(ws, ends) - np.searchsorted(ws, starts) == ends - starts
+        if blank.any():
+            li, starts, ends = li[~blank], starts[~blank], ends[~blank]
+    comment = buf[starts] == 35
+    if comment.any():
+        _comments(parser, block, win, starts[comment], ends[comment], first_lineno + li[comment])
+        li, starts, ends = li[~comment], starts[~comment], ends[~comment]
+    linenos = first_lineno + li
     # the last two spaces of each line, from the positions of every space in the block
     spaces = cand[cb == 32]
     k = np.searchsorted(spaces, ends)
@@ -102,13 +113,7 @@ def _parse_padded(parser: ExpositionParser, pad: Any, n: int, first_lineno: int)
     sp2 = np.where(have2, spaces[np.maximum(k - 2, 0)] if len(spaces) else 0, -1)
     before = buf[np.maximum(sp2 - 1, 0)]
     fast = (
-        (firstc != 35)
-        & have2
-        & (sp2 > starts)
-        & (before == 125)
-        & (sp1 > sp2 + 1)
-        & (sp1 < ends - 1)
-        & (ends - sp2 <= _TAIL)
+        have2 & (sp2 > starts) & (before == 125) & (sp1 > sp2 + 1) & (sp1 < ends - 1) & (ends - sp2 <= _TAIL)
     )
     # a '#' inside a line means an OpenMetrics exemplar: leave those lines to the slow path
     hashes = np.flatnonzero(buf == 35)
@@ -122,8 +127,6 @@ def _parse_padded(parser: ExpositionParser, pad: Any, n: int, first_lineno: int)
     fl = linenos[fast]
     if len(fs):
         # Arrow binary views over the block's own bytes (no copy): the series text, the value, the timestamp
-        win = np.ndarray((n + 13,), dtype="<u4", buffer=pad, strides=(1,))  # 4 bytes from every offset
-        block = pa.py_buffer(pad)
         series = _views(block, win, fs, f2 - fs)
         sid_arr = _series_ids(parser, series, fl)
         vals = _to_floats(_views(block, win, f2 + 1, sp1_fast - f2 - 1))
@@ -176,8 +179,24 @@ def _parse_padded(parser: ExpositionParser, pad: Any, n: int, first_lineno: int)
                 np.concatenate((out.ts, np.asarray(extra.ts, dtype=np.float64))),
                 np.concatenate((out.value, np.asarray(extra.value, dtype=np.float64))),
             )
-    parser.lineno = int(first_lineno + len(starts) - 1)
+    parser.lineno = int(first_lineno + n_lines - 1)
     return out
+
+
+def _comments(parser: ExpositionParser, block: Any, win: Any, starts: Any, ends: Any, linenos: Any) -> None:
+    """A block's comment lines, as the line-by-line parser takes them (`# EOF` seen, the last TYPE and HELP of
+    each name kept), for the cost of its distinct texts: a text repeated a million times is fed once, at its
+    last line, and the texts in the order of those last lines (so the last TYPE or HELP of a name wins)."""
+    import numpy as np
+
+    enc = _call("dictionary_encode", _views(block, win, starts, ends - starts))
+    idx = enc.indices.to_numpy()
+    keys = enc.dictionary.to_pylist()
+    rev_first = np.unique(idx[::-1], return_index=True)[1]  # each text's last line, counted from the end
+    last = len(idx) - 1 - rev_first
+    for j in np.argsort(last).tolist():
+        parser.lineno = int(linenos[last[j]]) - 1
+        parser.feed([keys[j].decode("utf-8", "replace")])
 
 
 def _cols(c: Chunk) -> tuple[Any, Any, Any]:

@@ -75,6 +75,19 @@ class FileReport:
     def recognised(self) -> bool:
         return self.format in READER_NAMES
 
+    def nothing_stored(self) -> str | None:
+        """Why a file that was read (whole or in part) stored nothing although it held something: malformed
+        lines, samples no fleettool metric maps, a cut; None when it stored something (a sample, event, run or GPU
+        identity), was not read, or held nothing to store (a kernel log with no GPU event in it: that is its
+        answer, and its summary says `0 events`)."""
+        if self.status not in (READ, PARTIAL) or self.rows or self.events or self.runs or self.identities:
+            return None
+        first = self.issues[0] if self.issues else None
+        why = [f"{_lines(len(self.issues))} (first: line {first.line}: {first.message})"] if first else []
+        why += [n for n in self.notes if "not stored" in n or n.startswith("no GPU series")]
+        why += self.partial
+        return "; ".join(why) or None
+
     def stored(self) -> str:
         kernel = self.format.startswith("kmsg")
         if self.format.startswith("nccl"):
@@ -108,7 +121,12 @@ class FileReport:
             "boot_relative_events": self.boot_relative,
             "untimed_events": self.untimed,
             "notes": self.notes,
+            "nothing_stored": self.nothing_stored(),
         }
+
+
+def _lines(n: int) -> str:
+    return "1 malformed line" if n == 1 else f"{n} malformed lines"
 
 
 @dataclass

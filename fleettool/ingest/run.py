@@ -115,14 +115,17 @@ def _ingest_one(store: Store, path: Path, root: Path, opts: IngestOptions) -> Fi
         rep.notes.extend(notes.notes)
         if opts.strict and rep.issues:
             raise ParseError(rep.issues[0])
-        store.record_ingest(
-            ingest_key(digest, rep.given_time),
-            str(path),
-            ident.format,
-            ",".join(sorted(rep.nodes)) or None,
-            rep.rows,
-            len(rep.issues),
-        )
+        if (
+            rep.nothing_stored() is None
+        ):  # a file that stored nothing is read again next time, and says so again
+            store.record_ingest(
+                ingest_key(digest, rep.given_time),
+                str(path),
+                ident.format,
+                ",".join(sorted(rep.nodes)) or None,
+                rep.rows,
+                len(rep.issues),
+            )
         store.commit()
     except ParseError as e:
         _rollback(store, rep)
