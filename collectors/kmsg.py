@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from fleettool.collectors.base import Collected
@@ -59,7 +59,7 @@ def kernel_events(
     `this_node`: every event and announcement is `node`'s (live: a journal's host field names this machine);
     otherwise a line's own host names its node (a syslog of many hosts), `node` only those naming none."""
     out = KernelBatch()
-    for rec in records:
+    for rec in _settled(records):
         if now is not None and rec.ts is None:
             rec.ts = now
         host = node if this_node else (rec.host or node)
@@ -80,6 +80,27 @@ def kernel_events(
                 out.untimed += 1
         out.events.append(ev)
     return out
+
+
+SXID_FOLLOW_LINES = 64  # an SXid's follow-on lines come within this many kernel lines of its first line
+
+
+def _settled(records: Iterable[KernelRecord]) -> Iterator[KernelRecord]:
+    """The records, each SXid held back until the stream is SXID_FOLLOW_LINES lines past it (or ends): its
+    follow-on lines (`Severity ...`, `Data {...}`), interleaved with other switches' lines, come after it and
+    are folded into its detail by the parser meanwhile. Live, a batch's end releases them: a follow-on line
+    read in a later tick still folds (no event of its own) but adds nothing to the stored detail."""
+    held: list[KernelRecord] = []
+    for rec in records:
+        while held and rec.lineno - held[0].lineno > SXID_FOLLOW_LINES:
+            yield held.pop(0)
+        if rec.kind == "sxid":
+            held.append(rec)
+        elif held:
+            held.append(rec)  # keeps the order of the stream
+        else:
+            yield rec
+    yield from held
 
 
 class KmsgCollector:
