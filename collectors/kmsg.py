@@ -282,13 +282,16 @@ class KmsgCollector:
             yield rec
 
     def _other_source_had(self, rec: KernelRecord) -> bool:
-        """A backlog XID that NVML's event API gave before the restart (stored from it, with its uptime)."""
-        if rec.kind != "xid" or not self._other_xids or rec.uptime is None:
+        """A backlog XID that NVML's event API gave before the restart (stored from it). NVML's report is
+        stamped by the wall clock of its moment: it is matched against the line's wall time by this boot's
+        fixed time and by the clock now (one of the two holds when the clock stepped in between)."""
+        if rec.kind != "xid" or not self._other_xids or rec.uptime is None or rec.ts is None:
             return False
         key = xid_gpu_key(rec.pci_bus_id, None)
+        now_ts = boot_wall_time(self.realtime()) + rec.uptime
         return any(
-            c == rec.code and k == key and abs(u - rec.uptime) <= DEDUP_WINDOW_S
-            for c, k, u in self._other_xids
+            c == rec.code and k == key and min(abs(t - rec.ts), abs(t - now_ts)) <= DEDUP_WINDOW_S
+            for c, k, t in self._other_xids
         )
 
     def _lost(self, now: float, out: Collected, e: OSError) -> Collected:

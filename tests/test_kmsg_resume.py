@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fleettool.agent.dedup import XidDedup
 from fleettool.agent.loop import Agent, AgentConfig
 from fleettool.collectors.base import Collected
 from fleettool.collectors.kmsg import KmsgCollector
@@ -81,7 +80,6 @@ class Host:
         """An agent process's life: start (reading where the store left off), tick, flush, stop."""
         c = self.collector()
         ag = Agent(AgentConfig(db=self.db, node=NODE, quiet=True), [*extra, c], clock=self.realtime)
-        ag.dedup = XidDedup(boot_id=self.boot_id)  # this host's boot id is the file's, not /proc's
         for _ in range(ticks):
             ag.tick()
         assert ag.flush()
@@ -203,3 +201,49 @@ def test_nvml_and_kernel_reports_of_one_xid_stay_one_across_a_clock_step_and_a_r
     h.run_agent()  # restarted: the kernel's line is in the backlog, and NVML's report of it is stored
     (only,) = h.events("xid")
     assert only["source"] == "nvml"
+
+
+def test_the_agent_command_resumes_this_boot_from_its_store(tmp_path: Path) -> None:
+    """`fleettool agent` hands the kmsg collector what its --db holds of this machine's boot (this boot id)."""
+    from fleettool.sources.kmsg_boot import read_boot_id
+    from fleettool.store.kmsg_cursor import this_boot_resume
+
+    boot_id = read_boot_id()
+    assert boot_id, "this machine has a boot id"
+    db = tmp_path / "fleet.duckdb"
+    assert this_boot_resume(db, NODE) is None  # no store yet: the whole ring buffer is read
+    with Store(db) as st:
+        st.write_events(
+            [
+                Event(1.7e9, NODE, "boot", "boot", source="kmsg:boot", detail={"boot_id": boot_id}),
+                Event(
+                    1.7e9 + 9,
+                    NODE,
+                    "xid",
+                    xid(79),
+                    code=79,
+                    source="kmsg:kmsg",
+                    detail={"kmsg_seq": 41, "boot_id": boot_id},
+                ),
+                Event(
+                    1.7e9 + 9,
+                    "other-node",
+                    "xid",
+                    xid(79),
+                    code=79,
+                    source="kmsg:kmsg",
+                    detail={"kmsg_seq": 99, "boot_id": boot_id},
+                ),
+                Event(
+                    1.7e9 + 9,
+                    NODE,
+                    "xid",
+                    xid(79),
+                    code=79,
+                    source="kmsg:kmsg",
+                    detail={"kmsg_seq": 77, "boot_id": "an-older-boot"},
+                ),
+            ]
+        )
+    r = this_boot_resume(db, NODE)
+    assert r is not None and (r.boot_id, r.last_seq, r.boot_time) == (boot_id, 41, 1.7e9)

@@ -6,32 +6,24 @@ the same code on the same GPU from the other source within `window_s`; repeats f
 Reports are compared on the clock /dev/kmsg stamps with, seconds since boot (CLOCK_MONOTONIC: see
 sources/kmsg_boot.py), never on wall time, so a step of the wall clock between the two reports (the first NTP
 sync after boot) cannot make one XID two: a kernel line's time is its own stamp (detail.uptime), any other
-report's is the moment it was stamped (by the wall clock, read on the monotonic one as it reaches the agent),
-which is then kept in its detail (`uptime`, with this boot's
-`boot_id`), so that after a restart the kernel log's backlog can tell the XIDs the store already has from NVML
-(store/kmsg_cursor.py)."""
+report's is the moment it was stamped (by the wall clock, read on the monotonic one as it reaches the agent).
+After a restart, the kernel log's backlog is matched against the XIDs the store has from NVML by the collector
+(store/kmsg_cursor.py, collectors/kmsg.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from fleettool.model import Event, EventKind
-from fleettool.sources.kmsg_boot import DEDUP_WINDOW_S, monotonic_now, read_boot_id, xid_gpu_key
+from fleettool.sources.kmsg_boot import DEDUP_WINDOW_S, monotonic_now, xid_gpu_key
 
 WINDOW_S = DEDUP_WINDOW_S
 
 
 class XidDedup:
-    def __init__(
-        self,
-        window_s: float = WINDOW_S,
-        *,
-        monotonic: Callable[[], float] = monotonic_now,
-        boot_id: str | None = None,
-    ) -> None:
+    def __init__(self, window_s: float = WINDOW_S, *, monotonic: Callable[[], float] = monotonic_now) -> None:
         self.window_s = window_s
         self.monotonic = monotonic
-        self.boot_id = boot_id if boot_id is not None else read_boot_id()
         self._seen: dict[tuple[int | None, str], tuple[float, str]] = {}  # (code, gpu) -> (uptime, source)
         self.dropped = 0
 
@@ -47,10 +39,6 @@ class XidDedup:
             # no kernel stamp: the time since boot now, less the report's age by the wall clock (milliseconds:
             # the report was stamped by this clock just before it got here)
             up = self.monotonic() - (0.0 if e.ts is None else now - e.ts)
-            if family != "kmsg":  # when the agent got it: the kernel log's backlog compares with it later
-                e.detail.setdefault("uptime", round(up, 6))
-                if self.boot_id is not None:
-                    e.detail.setdefault("boot_id", self.boot_id)
         t = float(up)
         key = (e.code, gpu)
         prev = self._seen.get(key)

@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from fleettool.collectors.base import Collector
     from fleettool.export.web_config import WebConfig
     from fleettool.sources.base import GpuSource
-    from fleettool.sources.kmsg_boot import KmsgResume
 
 SourceOpt = Annotated[
     str, typer.Option("--source", help="nvml (live), or fake (recorded H200 data, no GPU needed)")
@@ -203,6 +202,7 @@ def register(app: typer.Typer) -> None:
         Example: fleettool agent --db /var/lib/fleettool/fleet.duckdb --metrics-port 9402
         """
         from fleettool.agent.loop import Agent, AgentConfig
+        from fleettool.store.kmsg_cursor import this_boot_resume
 
         # Start-up checks everything the run needs and fails at once, in one line, rather than collecting
         # into nothing: numbers, the database (created, or fleettool's), the fleet location, the port.
@@ -231,7 +231,7 @@ def register(app: typer.Typer) -> None:
             known_gpus=0 if expect_gpus is not None else _known_gpus(db, name),
             kmsg=kmsg,
             dcgm_url=dcgm_exporter,
-            kmsg_resume=_kmsg_resume(db, name) if kmsg != "off" and "kmsg" in selected else None,
+            kmsg_resume=this_boot_resume(db, name) if kmsg != "off" and "kmsg" in selected else None,
         )
         collectors = _build(ccfg, selected)  # a --kmsg path that is missing is refused here
         scheduler = None
@@ -378,24 +378,6 @@ def _known_gpus(db: Path, node: str) -> int:
     except StoreError:
         return 0
     return int(n or 0)
-
-
-def _kmsg_resume(db: Path, node: str) -> KmsgResume | None:
-    """Where the store left off in this boot's kernel log (store/kmsg_cursor.py); None when there is no store
-    yet, no boot id, or the store cannot be read now (everything in the ring buffer is then read)."""
-    from fleettool.sources.kmsg_boot import read_boot_id
-    from fleettool.store import Store, StoreError, precheck
-    from fleettool.store.kmsg_cursor import resume_point
-
-    boot_id = read_boot_id()
-    if boot_id is None:
-        return None
-    try:
-        precheck(str(db), read_only=True)
-        with Store(db, read_only=True, wait_s=2.0) as st:
-            return resume_point(st, node, boot_id)
-    except StoreError:
-        return None
 
 
 def _buffer_size(text: str) -> int:
