@@ -27,6 +27,7 @@ from fleettool.collectors.base import Collector
 
 if TYPE_CHECKING:
     from fleettool.sources.base import GpuSource
+    from fleettool.sources.kmsg_boot import KmsgResume
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class CollectorConfig:
     all_tiers_every_s: float | None = None  # sample every NVML tier this often (record --all-tiers-every)
     kmsg: str = "auto"  # --kmsg: auto, kmsg, journal, off, or a path
     dcgm_url: str = "off"  # --dcgm-exporter: the URL to scrape, or off
+    kmsg_resume: KmsgResume | None = None  # where the store left off in this boot's kernel log
 
 
 Factory = Callable[[CollectorConfig], Collector | None]

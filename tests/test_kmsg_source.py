@@ -231,13 +231,17 @@ def test_dev_kmsg_source_reads_a_record_written_now() -> None:
 # -- the real agent ------------------------------------------------------------------------------------------
 
 
-def _events(db: Path, want: int, timeout: float = 30) -> list[dict[str, object]]:
+def _events(db: Path, want: int, timeout: float = 30, mark: str = "") -> list[dict[str, object]]:
     end = time.monotonic() + timeout
     rows: list[dict[str, object]] = []
     while time.monotonic() < end:
         r = run_cli("events", "--db", str(db), "--json", timeout=60)
         if r.returncode == 0:
-            rows = [e for e in json.loads(r.stdout) if e["kind"] == "xid" and e["code"] == want]
+            rows = [
+                e
+                for e in json.loads(r.stdout)
+                if e["kind"] == "xid" and e["code"] == want and mark in str(e["message"])
+            ]
             if rows:
                 return rows
         time.sleep(0.5)
@@ -261,9 +265,11 @@ def test_agent_reads_dev_kmsg_into_the_store_and_metrics(tmp_path: Path) -> None
     db, node = tmp_path / "a.duckdb", "kmsg-dev"
     with AgentProcess("--db", str(db), "--node", node, "--kmsg=/dev/kmsg", *FAKE_ARGS) as agent:
         agent.wait_metrics(AVAILABLE % (node, "1.0"))
-        write_kmsg(XID79)
+        # the agent reads the ring buffer from its start: this run's line is told from earlier runs' by a mark
+        mark = f"(test run {os.getpid()} at {time.time():.6f})"
+        write_kmsg(f"{XID79} {mark}")
         agent.wait_metrics(XID_TOTAL % (node, 79))
-        (ev,) = _events(db, 79)
+        (ev,) = _events(db, 79, mark=mark)
         assert ev["pci_bus_id"] == "0000:18:00" and ev["source"] == "kmsg:kmsg" and ev["node"] == node
         assert ev["gpu"] == 0  # the fake H200 inventory puts GPU 0 at 0000:18:00
         _stopped_cleanly(agent)

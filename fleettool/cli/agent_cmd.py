@@ -202,6 +202,7 @@ def register(app: typer.Typer) -> None:
         Example: fleettool agent --db /var/lib/fleettool/fleet.duckdb --metrics-port 9402
         """
         from fleettool.agent.loop import Agent, AgentConfig
+        from fleettool.store.kmsg_cursor import this_boot_resume
 
         # Start-up checks everything the run needs and fails at once, in one line, rather than collecting
         # into nothing: numbers, the database (created, or fleettool's), the fleet location, the port.
@@ -230,6 +231,7 @@ def register(app: typer.Typer) -> None:
             known_gpus=0 if expect_gpus is not None else _known_gpus(db, name),
             kmsg=kmsg,
             dcgm_url=dcgm_exporter,
+            kmsg_resume=this_boot_resume(db, name) if kmsg != "off" and "kmsg" in selected else None,
         )
         collectors = _build(ccfg, selected)  # a --kmsg path that is missing is refused here
         scheduler = None

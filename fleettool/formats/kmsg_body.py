@@ -94,6 +94,18 @@ _RE_154 = re.compile(
 # (the SXid's PCI id has a function, ".0", where the XID's has none) groups: device, PCI id, code, the rest (severity, link, text)
 _RE_SXID = re.compile(r"(nvidia-nvswitch\d*|nvidia-\w+):\s*SXid \(([^)]*)\):\s*(\d+)(?:,\s*(.*))?$")
 
+# The driver prints one SXid error as a first line (its severity, link and text) and follow-on lines with the
+# same device, PCI id and code, interleaved with other switches' lines (leptonai/gpud,
+# components/accelerator/nvidia/sxid/README.md, captured from real nodes):
+#   nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Fatal, Link 63 LTSSM Fault Up
+#   nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Data {0x10000000, 0x10000000, 0x00000000, ...}
+#   nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 20034, Severity 1 Engine instance 62 Sub-engine instance 00
+# groups: severity level, engine instance, sub-engine instance
+_RE_SXID_SEVERITY = re.compile(
+    r"^Severity\s+(\d+)(?:\s+Engine instance\s+(\d+))?(?:\s+Sub-engine instance\s+(\d+))?"
+)
+_RE_SXID_DATA = re.compile(r"^Data\s*\{([^}]*)\}?")
+
 # -- identity and other driver lines -------------------------------------------------------------------------------
 # Printed once before a GPU's first XID (the driver's _krcLogUuidOnce), then the serial:
 #   NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616-d754b23d636d
@@ -137,10 +149,13 @@ class BodyReader:
         self._cache_on = True
         self._cache_hits = 0
         self._cache_off_at = 0
+        # (host, device, PCI id, code) -> the first line's record of the last SXid error of that switch
+        self._sxid_head: dict[tuple[str | None, str, str, int], KernelRecord] = {}
 
     def boot(self) -> None:
         """A `Linux version` line: the machine rebooted, no message continues across it."""
         self._pending_bus.clear()
+        self._sxid_head.clear()
 
     def xid(
         self, lineno: int, raw: str, body: str, ts: float | None, up: float | None, host: str | None
@@ -227,10 +242,32 @@ class BodyReader:
 
     def sxid(
         self, lineno: int, raw: str, m: re.Match[str], ts: float | None, up: float | None, host: str | None
-    ) -> KernelRecord:
-        """A match of sxid_match -> the record."""
-        detail: dict[str, object] = {"device": m.group(1)}
+    ) -> KernelRecord | None:
+        """A match of sxid_match -> the record; None for a follow-on line (`Severity ...`, `Data {...}`) of an
+        SXid whose first line was read: it is folded into that record's detail (one error, one event, judged
+        by the severity of its first line). A follow-on line with no first line before it (the first line
+        went out of the ring buffer) is a record of its own, marked detail.sxid_part = "follow-on"."""
         rest = (m.group(4) or "").strip()
+        code = int(m.group(3))
+        key = (host, m.group(1), m.group(2), code)
+        ms, md = _RE_SXID_SEVERITY.match(rest), _RE_SXID_DATA.match(rest)
+        if ms or md:
+            head = self._sxid_head.get(key)
+            target: dict[str, object] = head.detail if head is not None else {}
+            if ms:
+                target["sxid_level"] = int(ms.group(1))
+                if ms.group(2) is not None:
+                    target["engine_instance"] = int(ms.group(2))
+                if ms.group(3) is not None:
+                    target["sub_engine_instance"] = int(ms.group(3))
+            if md:
+                target["data"] = [w.strip() for w in md.group(1).split(",") if w.strip()]
+            if head is not None:
+                head.detail["sxid_lines"] = int(str(head.detail.get("sxid_lines", 1))) + 1
+                return None
+            target.update(device=m.group(1), sxid_part="follow-on")
+            return KernelRecord("sxid", lineno, raw, ts, up, host, _sxid_pci(m), code, rest, detail=target)
+        detail: dict[str, object] = {"device": m.group(1)}
         low = rest.lower()
         if low.startswith("fatal"):
             detail["sxid_severity"] = "fatal"
@@ -239,9 +276,11 @@ class BodyReader:
         ml = _RE_LINK.search(rest)
         if ml:
             detail["link"] = int(ml.group(1))
-        pci_raw = m.group(2).replace("PCI:", "").strip()
-        pci = normalize_pci_bus_id(pci_raw) if _RE_PCI_ANY.search(pci_raw) else None
-        return KernelRecord("sxid", lineno, raw, ts, up, host, pci, int(m.group(3)), rest, detail=detail)
+        rec = KernelRecord("sxid", lineno, raw, ts, up, host, _sxid_pci(m), code, rest, detail=detail)
+        if len(self._sxid_head) >= 1024:
+            self._sxid_head.clear()
+        self._sxid_head[key] = rec
+        return rec
 
     def other(
         self, lineno: int, raw: str, body: str, ts: float | None, up: float | None, host: str | None
@@ -299,6 +338,11 @@ class BodyReader:
         if "gsp" in low and ("timeout" in low or "timed out" in low):
             return KernelRecord("gsp-timeout", lineno, raw, ts, up, host, _first_pci(body), message=body)
         return None
+
+
+def _sxid_pci(m: re.Match[str]) -> str | None:
+    pci_raw = m.group(2).replace("PCI:", "").strip()
+    return normalize_pci_bus_id(pci_raw) if _RE_PCI_ANY.search(pci_raw) else None
 
 
 def _pci_from_attr(attr: str) -> str | None:

@@ -2,9 +2,9 @@
 `tail -F`. None blocks: every open is O_NONBLOCK or of a regular file, and `read(max_lines)` returns what is there
 now, bounded. Which reader a `--kmsg` value gets is decided in sources/kmsg.py.
 
-/dev/kmsg records carry microseconds since boot (Documentation/ABI/testing/dev-kmsg in the kernel tree); the
-reader turns them into `dmesg`-style `[uptime]` lines and knows the boot time (wall clock minus
-CLOCK_BOOTTIME), which the parser uses for wall time.
+/dev/kmsg records carry a sequence number and microseconds since boot (Documentation/ABI/testing/dev-kmsg in
+the kernel tree); the reader gives them as (seq, usec, message), or as `dmesg`-style `[uptime]` lines, and knows
+the boot's wall time, fixed once (sources/kmsg_boot.py says how and why).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import shutil
 import stat
 import subprocess
 import threading
-import time
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, NoReturn, Protocol
 
 from fleettool.formats.kmsg_entries import parse_kmsg_record
 from fleettool.sources.base import SourceUnavailable
+from fleettool.sources.kmsg_boot import boot_wall_time
 
 KMSG_DEVICE = (1, 11)  # major, minor of /dev/kmsg (Documentation/admin-guide/devices.txt)
 MAX_READ_BYTES = 1 << 20  # per read() call of a pipe or file: a flood is read over several ticks
@@ -39,11 +39,6 @@ class LineSource(Protocol):
     def close(self) -> None: ...
 
 
-def boot_time_now() -> float:
-    """Unix time of boot: what /dev/kmsg timestamps count from (dmesg -T does the same)."""
-    return time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
-
-
 def why(path: str, e: OSError) -> str:
     msg = f"{path}: {e.strerror or e}"
     if e.errno in (errno.EPERM, errno.EACCES):
@@ -52,16 +47,26 @@ def why(path: str, e: OSError) -> str:
 
 
 class DevKmsgSource:
-    """/dev/kmsg, non-blocking. from_start=False skips the backlog (the agent's default after its first start)."""
+    """/dev/kmsg, non-blocking, from the first record the ring buffer still holds (the kernel's own position for
+    a new reader): what was printed while the agent was down is read at its start, and the kmsg collector skips
+    what the store already holds by (boot id, sequence number). from_start=False skips the backlog instead.
+
+    require_device=False reads a stand-in for the device (a regular file or a FIFO holding records in the
+    device's `pri,seq,usec,flags;message` format, one a line), which is how the tests play a kernel log that
+    was written while the agent was down, without writing to this machine's /dev/kmsg."""
 
     name = "kmsg"
 
-    def __init__(self, path: str = "/dev/kmsg", *, from_start: bool = False) -> None:
+    def __init__(
+        self, path: str = "/dev/kmsg", *, from_start: bool = True, require_device: bool = True
+    ) -> None:
         self.path = path
         self.from_start = from_start
+        self.require_device = require_device
         self.fd: int | None = None
-        self.boot_time: float | None = None
+        self.boot_time: float | None = None  # the wall time of boot as fixed at the first open (kmsg_boot.py)
         self.lost = 0  # records the kernel overwrote before we read them
+        self._rest = b""  # a stand-in's partial last line
 
     def open(self) -> None:
         try:
@@ -71,12 +76,12 @@ class DevKmsgSource:
         try:
             st = os.fstat(fd)
             dev = (os.major(st.st_rdev), os.minor(st.st_rdev))
-            if not stat.S_ISCHR(st.st_mode) or dev != KMSG_DEVICE:
+            if self.require_device and (not stat.S_ISCHR(st.st_mode) or dev != KMSG_DEVICE):
                 raise SourceUnavailable(
                     f"{self.path}: not the kernel log device (a /dev/kmsg is character device "
                     f"{KMSG_DEVICE[0]}:{KMSG_DEVICE[1]}); {SOURCE_HINT}"
                 )
-            if not self.from_start:
+            if not self.from_start and not stat.S_ISFIFO(st.st_mode):
                 os.lseek(fd, 0, os.SEEK_END)
         except OSError as e:
             os.close(fd)
@@ -84,14 +89,22 @@ class DevKmsgSource:
         except SourceUnavailable:
             os.close(fd)
             raise
-        self.fd = fd
-        self.boot_time = boot_time_now()
+        self.fd, self._rest = fd, b""
+        if self.boot_time is None:  # fixed once: a reopen after a clock step keeps it
+            self.boot_time = boot_wall_time()
 
-    def read(self, max_lines: int) -> list[str]:
-        if self.fd is None:
-            return []
-        out: list[str] = []
-        for _ in range(max(max_lines, 1)):  # one record per read(): bounded by records, not only by lines
+    def _raw(self, max_records: int) -> list[bytes]:
+        assert self.fd is not None
+        out: list[bytes] = []
+        if not self.require_device:  # a stand-in: records one a line
+            try:
+                data = os.read(self.fd, MAX_READ_BYTES)
+            except BlockingIOError:
+                data = b""
+            parts = (self._rest + data).split(b"\n")
+            self._rest = parts.pop()
+            return [p for p in parts if p and not p.startswith(b" ")]
+        while len(out) < max_records:  # one record per read(): bounded by records
             try:
                 rec = os.read(self.fd, 16384)  # one record per read; a smaller buffer fails with EINVAL
             except BlockingIOError:
@@ -103,20 +116,28 @@ class DevKmsgSource:
                 raise
             if not rec:
                 break
-            parsed = parse_kmsg_record(rec.decode("utf-8", "replace"))
-            if parsed is None:
-                continue
-            _pri, _seq, usec, msg = parsed
-            for i, part in enumerate(msg.split("\n")):
-                if i == 0 or part.strip():
-                    out.append(f"[{usec / 1e6:12.6f}] {part}")
-            if len(out) >= max_lines:
-                break
+            out.append(rec)
         return out
+
+    def read_records(self, max_records: int) -> list[tuple[int, int, str]]:
+        """(sequence number, microseconds since boot, the message's first line) of the records there now."""
+        if self.fd is None:
+            return []
+        out = []
+        for rec in self._raw(max(max_records, 1)):
+            parsed = parse_kmsg_record(rec.decode("utf-8", "replace"))
+            if parsed is not None:
+                _pri, seq, usec, msg = parsed
+                out.append((seq, usec, msg.split("\n", 1)[0]))
+        return out
+
+    def read(self, max_lines: int) -> list[str]:
+        """The records as dmesg's `[uptime] message` lines."""
+        return [f"[{usec / 1e6:12.6f}] {msg}" for _seq, usec, msg in self.read_records(max_lines)]
 
     def wait_fd(self) -> int | None:
         """The device's fd: select() says readable when a new record is there (the agent wakes on it)."""
-        return self.fd
+        return self.fd if self.require_device else None
 
     def close(self) -> None:
         if self.fd is not None:
@@ -231,8 +252,16 @@ class JournalSource:
             except queue.Empty:
                 break
         if not out and self.proc is not None and self.proc.poll() is not None:
-            raise OSError(f"journalctl exited with {self.proc.returncode}")
+            # it printed its last lines just before it exited: the reader thread may not have queued them yet
+            if self._thread is not None and self._thread.is_alive():
+                self._thread.join(timeout=1.0)
+                return self.read(max_lines) if not self.q.empty() else self._exited()
+            self._exited()
         return out
+
+    def _exited(self) -> NoReturn:
+        assert self.proc is not None
+        raise OSError(f"journalctl exited with {self.proc.returncode}")
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
