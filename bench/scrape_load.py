@@ -160,7 +160,9 @@ def main() -> None:
         agent.terminate()
         agent.wait(30)
     pport = free_port()
-    peer = subprocess.Popen([sys.executable, "-c", PEER, str(pport), str(tmp / "body.prom")], stdout=subprocess.PIPE)
+    peer = subprocess.Popen(
+        [sys.executable, "-c", PEER, str(pport), str(tmp / "body.prom")], stdout=subprocess.PIPE
+    )
     try:
         wait_port(pport, peer)
         results["peer_prometheus_client"] = run(pport, peer.pid)
