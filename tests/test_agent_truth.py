@@ -106,3 +106,48 @@ def test_a_lost_gpu_leaves_metrics_and_comes_back_when_it_answers() -> None:
     assert all(s == {"0", "1"} for s in seen[5:35]) and all(s == {"0"} for s in seen[36:65])
     assert all(s == {"0", "1"} for s in seen[65:])  # it answers again at 65 s: its series is back
     assert ag.gpu_stale_s == 30.0
+
+
+def test_every_schedule_survives_a_step_back_of_an_hour_and_forward_of_30_days(tmp_path: Path) -> None:
+    """Health (every 10 s), rules (their cadence), fleet export and retention (hourly) and the NVML tiers are
+    each due again within their period after the wall clock is stepped back 1 h, forward 30 d, and back."""
+    from fleettool.engine.incremental import RuleScheduler
+    from fleettool.engine.rules import load_rules
+
+    db = tmp_path / "a.duckdb"
+    clk = Clock(T0)
+    sched = RuleScheduler(load_rules())
+    cfg = AgentConfig(db=db, node=NODE, quiet=True, export_to=str(tmp_path / "fleet"))  # type: ignore[call-arg]
+    nvml = NvmlCollector(FakeSource(gpus=1, clock=T0), NODE)
+    ag = Agent(cfg, [nvml], clock=clk.now, mono=clk.mono, scheduler=sched)
+    ag.start()
+
+    def run(seconds: int) -> None:
+        for _ in range(seconds):
+            ag.tick()
+            clk.tick()
+        assert ag.flush()
+
+    run(5)
+    for step in (-3600.0, 30 * 86400.0, -30 * 86400.0):
+        clk.wall += step
+        stepped = clk.now()
+        run(11)
+        # the hourly jobs ran at the flush after the step (not an hour, or 30 days, later)
+        assert stepped <= ag._last_retention <= stepped + 11 and stepped <= ag._last_export <= stepped + 11
+        assert max(sched.last.values()) >= stepped  # the rules judged after the step
+        with Store(db, read_only=True) as st:
+            health = st.rows(
+                "SELECT epoch(ts) FROM samples WHERE metric = 'agent_buffer_rows' AND epoch(ts) >= ? ORDER BY ts",
+                [stepped],
+            )
+            temps = st.scalar(
+                "SELECT count(*) FROM samples WHERE metric = 'gpu_temp_c' AND epoch(ts) BETWEEN ? AND ?",
+                [stepped, stepped + 10],
+            )
+            medium = st.scalar(
+                "SELECT count(*) FROM samples WHERE metric = 'ecc_mode' AND epoch(ts) BETWEEN ? AND ?",
+                [stepped, stepped + 10],
+            )
+        assert [h[0] for h in health][:2] == [stepped, stepped + 10]  # health: at the step, then 10 s on
+        assert temps == 11 and medium >= 1  # the NVML tiers: every gauge, and the 10 s tier
