@@ -32,14 +32,18 @@ def test_a_gpu_lost_at_start_gets_its_event_and_its_identity_when_it_answers() -
 
 
 def test_a_read_that_keeps_failing_is_one_event_then_one_when_it_answers_with_the_count() -> None:
-    src = FakeSource(gpus=1, recording=REC, inject=[parse_injection("error:999@read=power,count=300")], clock=T0)
+    src = FakeSource(
+        gpus=1, recording=REC, inject=[parse_injection("error:999@read=power,count=300")], clock=T0
+    )
     c = NvmlCollector(src, "gpu-17")
     assert c.start()
     runs = [c.collect(T0 + k) for k in range(305)]
     assert sum(r.errors for r in runs) == 300  # every failure counted (the health gauge)
     evs = [e for r in runs for e in r.events]
     failing = [e for e in evs if e.kind == EventKind.NVML_ERROR.value]
-    assert [(e.ts, e.gpu) for e in failing] == [(T0, 0)] and "power(gpu 0): Unknown Error" in failing[0].message
+    assert [(e.ts, e.gpu) for e in failing] == [(T0, 0)] and "power(gpu 0): Unknown Error" in failing[
+        0
+    ].message
     back = [e for e in evs if "answers again" in e.message]
     assert [(e.ts, e.gpu) for e in back] == [(T0 + 300, 0)] and "after 300 failed tries" in back[0].message
     assert len(evs) == 2
