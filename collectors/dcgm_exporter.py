@@ -10,8 +10,10 @@ down in its health metrics and tries again on the next tick.
 
 from __future__ import annotations
 
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 from fleettool.collectors.base import Collected
 from fleettool.collectors.registry import CollectorConfig
@@ -26,7 +28,13 @@ class DcgmExporterCollector:
     id = "dcgm-exporter"
 
     def __init__(
-        self, node: str, url: str = DEFAULT_URL, *, timeout_s: float = 2.0, every_s: float = 10.0
+        self,
+        node: str,
+        url: str = DEFAULT_URL,
+        *,
+        timeout_s: float = 2.0,
+        every_s: float = 10.0,
+        mono: Callable[[], float] = time.monotonic,
     ) -> None:
         self.node = node
         self.url = url
@@ -34,6 +42,9 @@ class DcgmExporterCollector:
         self.every_s = (
             every_s  # dcgm-exporter itself refreshes every 30 s by default; no point asking at 1 Hz
         )
+        # the schedule runs on monotonic time: a wall clock stepped back an hour must not stop the scrapes for
+        # an hour (the samples still carry the collection's wall-clock `now`)
+        self.mono = mono
         self._last = -1e18
         self._reason: str | None = None
         self._inflight: str | None = None
@@ -62,9 +73,10 @@ class DcgmExporterCollector:
             self._inflight = None
 
     def collect(self, now: float) -> Collected:
-        if now - self._last < self.every_s:
+        t = self.mono()
+        if t - self._last < self.every_s:
             return Collected()
-        self._last = now
+        self._last = t
         try:
             body = self.scrape()
         except SourceError as e:

@@ -1,8 +1,11 @@
 """The NVML collector: every GPU's gauges and counters, tiered by measured cost, and XIDs from NVML events.
 
 Reads come from an injected GpuSource (live NVML, or the fake fed by a recording). A read the GPU does not
-support is learned once per GPU and not asked again. A lost GPU (GPU_IS_LOST / RESET_REQUIRED) is reported once
-as an event and skipped until it answers again. Without NVML the collector stays down and retries every minute.
+support (NVML_ERROR_NOT_SUPPORTED, FUNCTION_NOT_FOUND) is learned once per GPU and not asked again; any other
+error is counted and the read made again at its next due time, reported when it starts failing and when it
+answers again (with the count in between), never once per collection. A lost GPU (GPU_IS_LOST /
+RESET_REQUIRED), at start or later, is reported once as an event and skipped until it answers again; then its
+identity (UUID, serial, PCI id) is read again. Without NVML the collector stays down and retries every minute.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import time
 
 from fleettool.collectors.base import Collected
+from fleettool.collectors.nvml_failures import Streaks, recovered
 from fleettool.collectors.nvml_hung import Abandoned, GpuGuard
 from fleettool.collectors.nvml_schedule import TierSchedule
 from fleettool.collectors.registry import CollectorConfig
@@ -67,7 +71,9 @@ class NvmlCollector:
         self.schedule = TierSchedule(self.tier_s, interval_s)
         self.unsupported: set[tuple[int, str]] = set()
         self._lost: set[int] = set()
-        self._failing: dict[tuple[int, str], str] = {}
+        self.streaks = Streaks()  # failing reads, device count, event wait: events on state changes only
+        # GPUs lost when opened: reported at the next collection
+        self._lost_at_start: list[tuple[int, str]] = []
         self._devices: dict[int, GpuInfo] = {}
         self._driver: str | None = None
         self._count = 0
@@ -113,15 +119,22 @@ class NvmlCollector:
             self.expected_gpus = max(self._count, self.known_gpus)
         for i in range(self._count):
             try:
-                d = self.source.device_info(i)
-            except GpuLost:
-                self._lost.add(i)
-                continue
+                self._identify(i)
+            except GpuLost as e:
+                if i not in self._lost:
+                    self._lost.add(i)
+                    self._lost_at_start.append((i, str(e)))
             except SourceError:
                 continue
-            self._devices[i] = GpuInfo(
-                self.node, i, d.uuid, normalize_pci_bus_id(d.pci_bus_id), d.name, self._driver, d.serial
-            )
+
+    def _identify(self, i: int) -> GpuInfo:
+        """GPU i's identity from NVML (raises as device_info does), kept for its samples and events."""
+        d = self.source.device_info(i)
+        info = GpuInfo(
+            self.node, i, d.uuid, normalize_pci_bus_id(d.pci_bus_id), d.name, self._driver, d.serial
+        )
+        self._devices[i] = info
+        return info
 
     # -- collection ---------------------------------------------------------------------------------------
     def collect(self, now: float) -> Collected:
@@ -143,6 +156,10 @@ class NvmlCollector:
         return out
 
     def _collect(self, now: float, out: Collected, gen: int) -> None:
+        for i, why in self._lost_at_start:
+            out.events.append(self._event(now, i, EventKind.NVML_ERROR, f"GPU is lost: {why}", code=15))
+            out.errors += 1
+        self._lost_at_start = []
         self._events(now, out)
         due = self.schedule.due(now)
         health = Tier.MEDIUM in due or Tier.STATIC in due
@@ -153,11 +170,15 @@ class NvmlCollector:
             except SourceError as e:
                 count = 0
                 out.errors += 1
-                out.events.append(
-                    Event(
-                        now, self.node, EventKind.NVML_ERROR.value, f"nvmlDeviceGetCount: {e}", source="nvml"
+                if self.streaks.fail("count"):
+                    out.events.append(
+                        self._event(now, None, EventKind.NVML_ERROR, f"nvmlDeviceGetCount: {e}")
                     )
-                )
+            else:
+                if n := self.streaks.ok("count"):
+                    out.events.append(
+                        self._event(now, None, EventKind.AGENT, recovered("nvmlDeviceGetCount", n))
+                    )
             out.samples.append(Sample(now, self.node, None, None, "gpu_count", float(count)))
             if self.expected_gpus is not None:
                 out.samples.append(
@@ -170,6 +191,7 @@ class NvmlCollector:
                 continue
             dev = self._devices.get(i)
             uuid = dev.uuid if dev else None
+            identify = dev is None  # unidentified (lost at start): its identity is read once it answers
             for what in reads:
                 if (i, what) in self.unsupported:
                     continue
@@ -182,6 +204,7 @@ class NvmlCollector:
                     continue
                 except GpuLost as e:
                     self.guard.leave(gen, i)
+                    self.streaks.fail(("lost", i))
                     if i not in self._lost:
                         self._lost.add(i)
                         out.events.append(
@@ -192,21 +215,38 @@ class NvmlCollector:
                 except SourceError as e:
                     self.guard.leave(gen, i)
                     out.errors += 1
-                    key = (i, what)
-                    if self._failing.get(key) != str(e):
-                        self._failing[key] = str(e)
+                    if self.streaks.fail((i, what)):
                         out.events.append(self._event(now, i, EventKind.NVML_ERROR, str(e)))
                     continue
                 except BaseException:
                     self.guard.leave(gen, i)
                     raise
                 self.guard.leave(gen, i)
-                if i in self._lost:
-                    self._lost.discard(i)
-                    out.events.append(self._event(now, i, EventKind.AGENT, "GPU answers NVML again"))
-                self._failing.pop((i, what), None)
+                if i in self._lost or identify:
+                    identify = False
+                    dev = self._answers_again(now, i, out)
+                    uuid = dev.uuid if dev else None
+                if n := self.streaks.ok((i, what)):
+                    out.events.append(self._event(now, i, EventKind.AGENT, recovered(f"NVML read {what}", n)))
                 for metric, sub, value in rows:
                     out.samples.append(Sample(now, self.node, i, uuid, metric, value, sub))
+
+    def _answers_again(self, now: float, i: int, out: Collected) -> GpuInfo | None:
+        """GPU i answered a read after being lost (or unidentified): its identity is read again (another GPU may
+        sit at the index now), reported in the inventory; the UUID its samples carry from here on."""
+        was_lost = i in self._lost
+        self._lost.discard(i)
+        n = self.streaks.ok(("lost", i))
+        try:
+            dev: GpuInfo | None = self._identify(i)
+        except SourceError:
+            dev = self._devices.get(i)
+        if dev is not None:
+            out.gpus.append(dev)
+        if was_lost:
+            msg = f"GPU answers NVML again after {n} failed collection{'' if n == 1 else 's'}"
+            out.events.append(self._event(now, i, EventKind.AGENT, msg))
+        return dev
 
     # -- late ticks and hung GPUs -------------------------------------------------------------------------
     def _report_skips(self, now: float, out: Collected, health: bool) -> None:
@@ -291,10 +331,11 @@ class NvmlCollector:
             notices = self.source.poll_events(now)
         except SourceError as e:
             out.errors += 1
-            out.events.append(
-                Event(now, self.node, EventKind.NVML_ERROR.value, f"event wait: {e}", source="nvml")
-            )
+            if self.streaks.fail("events"):
+                out.events.append(self._event(now, None, EventKind.NVML_ERROR, f"event wait: {e}"))
             return
+        if n := self.streaks.ok("events"):
+            out.events.append(self._event(now, None, EventKind.AGENT, recovered("NVML's event wait", n)))
         for x in notices:
             gpu = x.index if x.index >= 0 else None
             kind, msg, code = EVENT_TEXT.get(x.type, (EventKind.NVML_EVENT, "", None))

@@ -182,3 +182,27 @@ def test_every_dcgm_sample_block_parses() -> None:
         got = parse_scrape(body.encode(), "n", 1.0)
         total += len(got.samples)
     assert total >= 25
+
+
+def test_dcgm_exporter_scrapes_every_10_s_through_clock_steps(exporter: tuple[str, list[bytes]]) -> None:
+    """The scrape schedule runs on monotonic time: a wall clock stepped back an hour (or forward 30 days, then
+    corrected) neither stops the scrapes nor bunches them; the samples carry the wall time."""
+    url, _ = exporter
+    mono = [5000.0]
+    col = DcgmExporterCollector("n", url, every_s=10.0, mono=lambda: mono[0])
+    wall = 1_800_000_000.0
+    scraped = []
+    for k in range(120):  # 2 minutes of 1 s ticks
+        if k == 30:
+            wall -= 3600.0  # NTP steps the clock back an hour
+        if k == 60:
+            wall += 30 * 86400.0  # a month ahead ...
+        if k == 90:
+            wall -= 30 * 86400.0  # ... and corrected
+        got = col.collect(wall)
+        if got.samples:
+            scraped.append((k, got.samples[0].ts))
+        wall += 1.0
+        mono[0] += 1.0
+    assert [k for k, _ in scraped] == list(range(0, 120, 10))
+    assert scraped[3][1] == 1_800_000_000.0 + 30 - 3600.0  # stamped with the wall clock as it reads

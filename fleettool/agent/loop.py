@@ -36,6 +36,9 @@ from fleettool.engine.incremental import RuleScheduler
 from fleettool.model import Event, EventKind, GpuInfo, Sample
 
 GPU_REFRESH_S = 300.0  # an unchanged GPU's inventory row (its last_seen) is rewritten this often
+# a GPU (index and UUID) whose reads have stopped this long (lost, hung, swapped for another) leaves `latest`:
+# /metrics stops exposing its series and Prometheus marks them stale. dcgm-exporter answers every 10 s.
+GPU_STALE_S = 30.0
 
 
 def merge_gpu(known: GpuInfo | None, new: GpuInfo) -> GpuInfo:
@@ -80,6 +83,10 @@ class Agent:
         self.buf = Buffer()
         self.stats = AgentStats()
         self.latest: dict[tuple[str, int | None, str | None, str], float] = {}
+        self._gpu_seen: dict[
+            tuple[int, str | None], float
+        ] = {}  # (GPU, UUID) -> monotonic time of its last read
+        self.gpu_stale_s = max(GPU_STALE_S, 3.0 * cfg.interval_s)
         self._gpus_written: dict[tuple[str, int | None, str | None], tuple[GpuInfo, float]] = {}
         self.gpus: dict[int, GpuInfo] = {}  # this node's GPUs by index, for /metrics' identity labels
         self.event_counts: dict[tuple[str, int | None], int] = {}
@@ -224,6 +231,10 @@ class Agent:
                         up = 0.0
                 if res.status == "recovered":
                     self._event(now, f"collector {cid} returned after hanging {res.duration_s:.1f}s", cid)
+                if res.failures:  # it had been failing: one event for the whole run of failures
+                    self._event(
+                        now, f"collector {cid} recovered after {res.failures} failed collections", cid
+                    )
                 avail = getattr(runner.collector, "reason", None) is None
                 if not avail:
                     up = 0.0  # not running: no data from it; `available` says it is absent, not failing
@@ -237,7 +248,8 @@ class Agent:
                 up, hung = 0.0, 1.0
             else:
                 up = 0.0
-                self._event(now, f"collector {cid} failed: {res.detail}", cid)
+                if res.failures == 1:  # the first of a run: the health gauge says it goes on failing
+                    self._event(now, f"collector {cid} failed: {res.detail}", cid)
             prev = self._health.get(cid)
             self._health[cid] = (up, hung)
             if health_due or prev != (up, hung):
@@ -261,7 +273,21 @@ class Agent:
                     ]
                 )
             )
+        self._drop_stale_gpus()
         self.last_tick_mono = self.mono()
+
+    def _drop_stale_gpus(self) -> None:
+        """A GPU whose reads stopped (lost, hung, another GPU now at its index) takes its series out of `latest`,
+        so /metrics stops exposing its last values; the agent's own series about it (agent_*: hung, reads
+        skipped) stay. It comes back with its next read."""
+        now = self.mono()
+        stale = {g for g, seen in self._gpu_seen.items() if now - seen > self.gpu_stale_s}
+        if not stale:
+            return
+        for g in stale:
+            del self._gpu_seen[g]
+        for k in [k for k in self.latest if (k[1], k[2]) in stale and not k[0].startswith("agent_")]:
+            del self.latest[k]
 
     def _report_health(
         self, now: float, c: Collector, avail: bool, up: float, hung: float, duration_s: float
@@ -286,8 +312,11 @@ class Agent:
 
     def _add(self, c: Collected) -> None:
         watched = self._watched
+        mono = self.mono() if c.samples else 0.0
         for s in c.samples:
             k = (s.metric, s.gpu, s.uuid, s.sub)
+            if s.gpu is not None and not s.metric.startswith("agent_"):
+                self._gpu_seen[(s.gpu, s.uuid)] = mono
             if s.metric in watched and self.latest.get(k, s.value) != s.value:
                 self._urgent = True  # a double-bit count or remap flag changed: its instant rule judges now
             self.latest[k] = s.value

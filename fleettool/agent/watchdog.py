@@ -36,6 +36,9 @@ class RunResult:
     duration_s: float
     detail: str = ""
     started: bool | None = None  # for start(): whether the collector came up
+    # error: the failures in a row so far, this one included (1: it just started failing); ok/recovered: the
+    # failures in a row this success ends (0: it was not failing). The agent reports the changes only.
+    failures: int = 0
 
 
 class _Job:
@@ -59,6 +62,7 @@ class CollectorRunner:
         self._stuck: _Job | None = None
         self._stuck_since = 0.0
         self.hung_call: str | None = None
+        self.failures = 0  # collections in a row that raised
 
     def _spawn(self) -> queue.SimpleQueue[_Job | None]:
         jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -105,8 +109,11 @@ class CollectorRunner:
             self.hung_call = call
             return RunResult(None, "hung", time.monotonic() - t0, self.hung_call)
         if job.error is not None:
-            return RunResult(None, "error", time.monotonic() - t0, f"{type(job.error).__name__}: {job.error}")
-        return RunResult(job.result, "ok", time.monotonic() - t0)
+            self.failures += 1
+            detail = f"{type(job.error).__name__}: {job.error}"
+            return RunResult(None, "error", time.monotonic() - t0, detail, failures=self.failures)
+        ended, self.failures = self.failures, 0
+        return RunResult(job.result, "ok", time.monotonic() - t0, failures=ended)
 
     def start(self) -> RunResult:
         """collector.start() on the worker, waited for at most `limit_s` (a blocking open, a driver that

@@ -20,6 +20,7 @@ from fleettool.engine.state import FIRING, PENDING, RESOLVED, Instance, run_obse
 from fleettool.model import Action, Category, Severity
 from fleettool.store import Store
 from fleettool.store.alerts import AlertRecord, open_alert_of_incident, put_alert
+from fleettool.store.gpu_history import gpu_uuid_at
 
 
 @dataclass
@@ -310,7 +311,7 @@ def write_alerts(store: Store, incidents: list[Incident]) -> int:
                 severity=inc.severity.value,
                 node=inc.node,
                 gpu=inc.gpu,
-                uuid=None if inc.gpu is None else store.gpu_uuid(inc.node, inc.gpu),
+                uuid=None if inc.gpu is None else gpu_uuid_at(store, inc.node, inc.gpu, inc.first_seen),
                 action=inc.action.value,
                 state=inc.state,
                 first_seen=min(inc.first_seen, existing[1]) if existing else inc.first_seen,

@@ -31,31 +31,10 @@ from fleettool.sources.base import (
     SourceError,
     SourceUnavailable,
 )
+from fleettool.sources.fake_costs import READ_COST_US
 from fleettool.sources.nvml_events import EventQueue, EventWaiter
 
-# Per-read cost in microseconds on an H200 (sum of the NVML calls each read makes; second-call figures).
-# A field-value batch costs about 7.6 ms for 40 fields (~190 us a field).
-READ_COST_US: dict[str, float] = {
-    "temperature": 3.8,
-    "power": 5.6,
-    "utilization": 3.3,
-    "memory": 7.9,
-    "clocks": 2.7 + 2.8,
-    "clock_events": 1.4,
-    "mem_temperature": 190.0,
-    "power_limit": 1.7,
-    "ecc": 163.0 + 7.6 + 2.2 + 2.4 + 1.8,
-    "remapped_rows": 3.3,
-    "remap_histogram": 1.7,
-    "retired_pages": 5.5 + 2.9,
-    "pcie_link": 2.8 + 29.5,
-    "persistence": 6.0 + 2.8,
-    "energy": 5420.0,
-    "violations": 1006.3 + 640.2,
-    "pcie_counters": 7 * 190.0,
-    "nvlink": 11.3,
-    "limits": 168.5 + 2.7 + 240.8 + 237.9 + 1362.5 + 1368.3 + 1.2 + 3.2,
-}
+__all__ = ["READ_COST_US", "FakeSource", "Injection", "parse_injection"]
 
 
 @dataclass
@@ -67,8 +46,10 @@ class Injection:
     after_s: float = 0.0
     code: int | None = None
     read: str | None = None
-    hold_s: float | None = None  # hang: how long the read hangs (None: until release_hangs())
+    hold_s: float | None = None  # hang: how long the read hangs (None: until release_hangs()); lost: how long
+    count: int | None = None  # error: how many reads fail (None: every one)
     fired: bool = field(default=False, compare=False)
+    raised: int = field(default=0, compare=False)
 
 
 KINDS = {
@@ -79,10 +60,11 @@ KINDS = {
     "remap-failure": "a failed row remap (XID 64)",
     "pcie-width": "PCIe link trained at x8",
     "nvlink-crc": "NVLink CRC flit errors at 500/s on link 0",
-    "lost": "the GPU stops answering (GPU_IS_LOST)",
+    "lost": "the GPU stops answering (GPU_IS_LOST; for=30s: answers again after that; after=0: lost at start)",
     "missing-gpu": "the node sees one GPU fewer",
     "hang": "a read does not return (read=NAME, default energy; for=20s: returns after that, once)",
-    "error": "a read fails with an NVML error (read=NAME, default power)",
+    "error": "a read fails with an NVML error (error:CODE, default 999 UNKNOWN; read=NAME, default power; "
+    "count=N: the first N reads only)",
     "busy": "another process holds a compute context on the GPU (busy:PID), as NVML's process list shows",
 }
 BUSY_MEMORY_BYTES = 512 << 20  # what the fake reports a busy:PID process to hold
@@ -109,11 +91,33 @@ def parse_injection(spec: str) -> Injection:
             inj.read = v
         elif k == "for":
             inj.hold_s = float(v.rstrip("s"))
+        elif k == "count":
+            inj.count = int(v)
         else:
-            raise ValueError(f"unknown option {k!r} in {spec!r} (gpu=, after=, read=, for=)")
+            raise ValueError(f"unknown option {k!r} in {spec!r} (gpu=, after=, read=, for=, count=)")
     if kind in ("xid", "busy") and inj.code is None:
         raise ValueError("xid needs a code: xid:79" if kind == "xid" else "busy needs a PID: busy:4242")
     return inj
+
+
+NVML_ERRORS = {
+    3: "Not Supported",
+    10: "Timeout",
+    13: "Function Not Found",
+    15: "GPU is lost",
+    999: "Unknown Error",
+}
+
+
+def _nvml_error(label: str, code: int | None) -> SourceError:
+    """What the live source raises for an NVML return code (sources/nvml.py's mapping)."""
+    code = 999 if code is None else code
+    msg = f"{label}: {NVML_ERRORS.get(code, f'NVML error {code}')}"
+    if code in (3, 13):
+        return NotSupported(msg)
+    if code in (15, 16):
+        return GpuLost(msg)
+    return SourceError(msg)
 
 
 class Frames:
@@ -171,6 +175,7 @@ class FakeSource:
         self.inject = inject or []
         self.costs = costs
         self._t0 = clock
+        self._now = clock  # the latest time a read was asked at (what device_info judges injections by)
         self._inflight: str | None = None
         self._frames: Frames | None = None
         self._info: dict[str, str] = {}
@@ -194,6 +199,8 @@ class FakeSource:
             raise SourceUnavailable(f"fake source cannot play {self.recording}: {e}") from e
         if self._t0 is None:
             self._t0 = time.time()
+        if self._now is None:
+            self._now = self._t0
         self._queue = EventQueue()
         if self._live:
             self._wake.clear()
@@ -220,7 +227,20 @@ class FakeSource:
         missing = any(j.kind == "missing-gpu" for j in self._active(time.time()))
         return self.n - 1 if missing else self.n
 
+    def _lost_now(self, now: float, index: int, xid: bool = True) -> bool:
+        """A lost injection in force (for its `for=`), or (`xid`) an XID 79 delivered: GPU_IS_LOST."""
+        t = now - (self._t0 or now)
+        for j in self._active(now, index):
+            if j.kind == "lost" and (j.hold_s is None or t < j.after_s + j.hold_s):
+                return True
+            if xid and j.kind == "xid" and j.code == 79 and j.fired:
+                return True
+        return False
+
     def device_info(self, index: int) -> DeviceInfo:
+        now = self._now if self._now is not None and not self._live else time.time()
+        if self._lost_now(now, index, xid=False):  # the inventory of a GPU lost by an XID 79 stays readable
+            raise GpuLost(f"nvmlDeviceGetUUID(gpu {index}): GPU is lost")
         return DeviceInfo(
             index,
             f"GPU-fa4e0000-0000-4000-8000-{index:012x}",
@@ -240,6 +260,7 @@ class FakeSource:
         assert self._frames is not None, "open() first"
         label = f"{what}(gpu {index})"
         self._inflight = label
+        self._now = now
         try:
             self._spin(what)
             active = self._active(now, index)
@@ -249,10 +270,15 @@ class FakeSource:
                     # must notice
                     self._unhang.wait(j.hold_s)
                     j.fired = True
-                if j.kind == "error" and (j.read or "power") == what:
-                    raise SourceError(f"{label}: Unknown Error")
-                if j.kind == "lost" or (j.kind == "xid" and j.code == 79 and j.fired):
-                    raise GpuLost(f"{label}: GPU is lost")
+                if (
+                    j.kind == "error"
+                    and (j.read or "power") == what
+                    and (j.count is None or j.raised < j.count)
+                ):
+                    j.raised += 1
+                    raise _nvml_error(label, j.code)
+            if self._lost_now(now, index):
+                raise GpuLost(f"{label}: GPU is lost")
             frame = self._frames.at(now - (self._t0 or now))
             metrics = READS[what][1]
             rows: list[Row] = [(m, sub, v) for (m, sub), v in frame.items() if m in metrics]

@@ -1,7 +1,8 @@
 """The live NVML source (nvidia-ml-py). The only module in fleettool that imports pynvml.
 
 Each read is one or a few NVML calls, converted to canonical units (mW -> W, mJ -> J, ns -> us). NVML errors
-become NotSupported, GpuLost or SourceError; a missing library or driver becomes SourceUnavailable.
+become NotSupported (only NOT_SUPPORTED and FUNCTION_NOT_FOUND: learned once per GPU), GpuLost or SourceError
+(any other code, UNKNOWN and TIMEOUT included: counted, and the read made again at its next due time); a missing library or driver becomes SourceUnavailable.
 The call in flight is kept in `inflight` so the agent's watchdog can name a hung call. Events (XIDs, double-bit
 ECC, GPU unavailable, recovery action) come from NVML's event API through a waiter thread (sources/nvml_events.py)
 whose fd wakes the agent; its blocking wait is not a call in flight.
@@ -201,15 +202,26 @@ class NvmlSource:
         return [("clock_event_reasons", "", float(self._c(i, name, h)))]
 
     def _fields(self, i: int, h: Any, ids: list[tuple[str, int]]) -> list[Row]:
+        """A field-value batch: the fields that answered. Only when every field says not supported is the read
+        NotSupported; a field lost, timed out or failing otherwise (and none answered) fails this read only,
+        to be made again at its next due time."""
+        label = f"nvmlDeviceGetFieldValues(gpu {i})"
         vals = self._c(i, "nvmlDeviceGetFieldValues", h, [fid for _, fid in ids])
         out: list[Row] = []
+        failed: list[int] = []
         for (metric, _), v in zip(ids, vals, strict=True):
             if v.nvmlReturn != 0:
+                failed.append(int(v.nvmlReturn))
                 continue
             out.append((metric, "", float(_field_value(v))))
-        if not out:
-            raise NotSupported(f"nvmlDeviceGetFieldValues(gpu {i}): no field supported")
-        return out
+        if out:
+            return out
+        if failed and all(code in _NOT_SUPPORTED for code in failed):
+            raise NotSupported(f"{label}: no field supported")
+        worst = next((code for code in failed if code not in _NOT_SUPPORTED), None)
+        if worst in _LOST:
+            raise GpuLost(f"{label}: field returned NVML error {worst}")
+        raise SourceError(f"{label}: field returned NVML error {worst}")
 
     def _read_mem_temperature(self, i: int, h: Any) -> list[Row]:
         return self._fields(i, h, [("mem_temp_c", _FI_MEMORY_TEMP)])
@@ -297,10 +309,10 @@ class NvmlSource:
         for link in range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))):
             try:
                 up = self._c(i, "nvmlDeviceGetNvLinkState", h, link)
-            except (NotSupported, SourceError):
+            except NotSupported:  # only NVML's not-supported codes: any other error fails this read
                 if link == 0:
                     raise NotSupported(f"nvmlDeviceGetNvLinkState(gpu {i}): no NVLink") from None
-                break
+                break  # past the GPU's last link
             sub = f"link={link}"
             rows.append(("nvlink_link_up", sub, float(up)))
             for metric, counter in counters:

@@ -7,6 +7,7 @@ pyarrow or numpy (about 40 MiB of its resident memory; bench/agent_overhead.py).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -268,9 +269,10 @@ class TelemetryWrites(Connection):
     def record_ingest(
         self, digest: str, path: str, fmt: str, node: str | None, rows: int, issues: int
     ) -> None:
+        # the time in UTC, as every store time: DuckDB's now() is the session's time zone's (TZ)
         self.con.execute(
-            "INSERT OR REPLACE INTO ingests VALUES (?, ?, ?, ?, ?, ?, now()::TIMESTAMP)",
-            [digest, path, fmt, node, rows, issues],
+            "INSERT OR REPLACE INTO ingests VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [digest, path, fmt, node, rows, issues, db_time(time.time())],
         )
 
     def gpu_uuid(self, node: str, gpu: int) -> str | None:
