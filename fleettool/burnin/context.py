@@ -42,6 +42,9 @@ class BurninConfig:
     dcgm_level: int = 1
     cpu_devices: int = 1  # cpu backend: devices to run side by side, as GPUs 0..n-1 when more than one
     sdc_inject: tuple[int, ...] = ()  # drills, tests: the devices (positions) whose GEMM products are corrupt
+    ar_inject: tuple[int, int] | None = (
+        None  # drills, tests: (rank, iteration) that receives one wrong element
+    )
 
 
 def cpu_defaults(cfg: BurninConfig) -> BurninConfig:
@@ -62,6 +65,7 @@ def cpu_defaults(cfg: BurninConfig) -> BurninConfig:
         ar_tool=cfg.ar_tool,
         cpu_devices=cfg.cpu_devices,
         sdc_inject=cfg.sdc_inject,
+        ar_inject=cfg.ar_inject,
     )
 
 

@@ -67,9 +67,8 @@ def measure_allreduce(
                 out = allreduce.run_nccl_tests(nprocs, cfg.ar_min, cfg.ar_max, cfg.ar_iters)
                 backend = "nccl-tests"
             else:
-                out = allreduce.run_local(
-                    backend, nprocs, sizes, cfg.ar_iters, 3, os.path.join(tmp, "r.json")
-                )
+                path = os.path.join(tmp, "r.json")
+                out = allreduce.run_local(backend, nprocs, sizes, cfg.ar_iters, 3, path, cfg.ar_inject)
         except Exception as e:
             return Result(
                 cfg.node, None, "allreduce", Verdict.INCONCLUSIVE, reason=f"all-reduce did not run: {e}"

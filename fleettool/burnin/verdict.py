@@ -291,8 +291,13 @@ def judge_allreduce(
     big = rows[-1]
     test = f"allreduce-{nprocs}"
     ev = {"world": out["world"], "backend": backend, "rows": rows, "largest_size": big["size_bytes"]}
+    if out.get("check"):
+        ev["check"] = out["check"]
     if any(r["wrong"] for r in rows):
         ev["corruption"] = True
+        wrong = sum(r["wrong"] for r in rows)
+        ranks = sorted({k for r in rows for k in r.get("wrong_ranks") or []})
+        where = f" (received on rank {', '.join(map(str, ranks))})" if ranks else ""
         return Result(
             node,
             None,
@@ -300,7 +305,7 @@ def judge_allreduce(
             Verdict.FAIL,
             big["busbw_gbps"],
             "GB/s",
-            reason="all-reduce returned wrong values",
+            reason=f"all-reduce returned wrong values: {wrong} element(s) differ from the exact sum{where}",
             evidence=ev,
         )
     if nprocs < 2:
