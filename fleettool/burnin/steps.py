@@ -80,6 +80,11 @@ def measure_allreduce(
 def run_allreduce(ctx: StepContext) -> list[Result]:
     ctx.say("all-reduce across the node's devices")
     res = measure_allreduce(ctx.cfg, ctx.devices, ctx.floor, ctx.report)
+    ranks = sorted({k for r in res.evidence.get("rows", []) for k in r.get("wrong_ranks") or []})
+    if ranks and ctx.cfg.backend == "cuda":  # rank k ran on cuda:k: the GPUs that received wrong values
+        res.evidence["wrong_devices"] = [
+            ctx.devices[k].get("identity") for k in ranks if k < len(ctx.devices)
+        ]
     ctx.tick()
     return [res]
 

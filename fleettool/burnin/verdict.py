@@ -80,7 +80,8 @@ def apply_peers(results: list[Result]) -> None:
     """Within one node and test, a GPU more than PEER_SLOW below the median of the others fails."""
     groups: dict[tuple[str, str], list[Result]] = {}
     for r in results:
-        if r.gpu is not None and r.figure is not None and r.verdict in (Verdict.PASS, Verdict.WARN):
+        per_gpu = r.gpu is not None or r.uuid is not None  # a GPU CUDA sees that NVML did not name: its UUID
+        if per_gpu and r.figure is not None and r.verdict in (Verdict.PASS, Verdict.WARN):
             groups.setdefault((r.node, r.test), []).append(r)
     for rs in groups.values():
         if len(rs) < 2:
