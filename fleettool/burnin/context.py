@@ -42,6 +42,9 @@ class BurninConfig:
     dcgm_level: int = 1
     cpu_devices: int = 1  # cpu backend: devices to run side by side, as GPUs 0..n-1 when more than one
     sdc_inject: tuple[int, ...] = ()  # drills, tests: the devices (positions) whose GEMM products are corrupt
+    ar_inject: tuple[int, int] | None = (
+        None  # drills, tests: (rank, iteration) that receives one wrong element
+    )
 
 
 def cpu_defaults(cfg: BurninConfig) -> BurninConfig:
@@ -62,13 +65,15 @@ def cpu_defaults(cfg: BurninConfig) -> BurninConfig:
         ar_tool=cfg.ar_tool,
         cpu_devices=cfg.cpu_devices,
         sdc_inject=cfg.sdc_inject,
+        ar_inject=cfg.ar_inject,
     )
 
 
 @dataclass
 class StepContext:
     """One run as its steps see it. `devices` are dicts with gpu (index, None on the CPU), device ('cuda:0',
-    'cpu'), name, and where known memory_bytes, uuid and pci_bus_id."""
+    'cpu'), name, and where known memory_bytes, uuid, pci_bus_id and identity (how cuda:i was matched to the
+    NVML index in gpu: identity.Match.evidence; gpu is None where it could not be)."""
 
     cfg: BurninConfig
     torch: Any
@@ -104,10 +109,14 @@ class StepContext:
 
     def settle(self, results: list[Result]) -> list[Result]:
         """One step's results held to the busy check (another process on the GPU: INCONCLUSIVE) and to their
-        floors' provenance (a provisional fleet floor: a PASS is a WARN)."""
+        floors' provenance (a provisional fleet floor: a PASS is a WARN); a GPU's result names its device's
+        identity (identity.Match.evidence)."""
         if self.busy is not None:
             self.busy.apply(results)
+        ident = {d["uuid"]: d["identity"] for d in self.devices if d.get("uuid") and d.get("identity")}
         for r in results:
+            if r.uuid in ident:  # the NVML index and UUID it was measured on, and how cuda:i was matched
+                r.evidence.setdefault("identity", ident[r.uuid])
             prov = self.provenance.get(r.test)
             apply_provisional(r, prov.provisional(r.node, r.gpu, r.uuid) if prov else None)
         return results

@@ -148,23 +148,23 @@ def _devices(
         if cfg.cpu_devices <= 1:
             return [{"gpu": None, "device": "cpu", "name": name}], None, None
         return [{"gpu": i, "device": "cpu", "name": name} for i in range(cfg.cpu_devices)], None, None
+    from fleettool.burnin.identity import match, read_cuda, read_nvml
+
+    nvml, why_not = read_nvml(source)
     devs = []
-    for i in range(torch.cuda.device_count()):
-        p = torch.cuda.get_device_properties(i)
-        d: dict[str, Any] = {
-            "gpu": i,
-            "device": f"cuda:{i}",
-            "name": p.name,
-            "memory_bytes": int(p.total_memory),
-        }
-        if source is not None:
-            try:
-                info = source.device_info(i)
-                d["uuid"] = info.uuid
-                d["pci_bus_id"] = info.pci_bus_id
-            except Exception:
-                pass
-        devs.append(d)
+    for m in match(read_cuda(torch), nvml, why_not):  # cuda:i is not NVML's GPU i (identity.py)
+        p = torch.cuda.get_device_properties(m.ordinal)
+        devs.append(
+            {
+                "gpu": m.index,
+                "device": f"cuda:{m.ordinal}",
+                "name": p.name,
+                "memory_bytes": int(p.total_memory),
+                "uuid": m.uuid,
+                "pci_bus_id": m.pci_bus_id,
+                "identity": m.evidence(),
+            }
+        )
     driver = None
     if source is not None:
         with contextlib.suppress(Exception):

@@ -67,9 +67,8 @@ def measure_allreduce(
                 out = allreduce.run_nccl_tests(nprocs, cfg.ar_min, cfg.ar_max, cfg.ar_iters)
                 backend = "nccl-tests"
             else:
-                out = allreduce.run_local(
-                    backend, nprocs, sizes, cfg.ar_iters, 3, os.path.join(tmp, "r.json")
-                )
+                path = os.path.join(tmp, "r.json")
+                out = allreduce.run_local(backend, nprocs, sizes, cfg.ar_iters, 3, path, cfg.ar_inject)
         except Exception as e:
             return Result(
                 cfg.node, None, "allreduce", Verdict.INCONCLUSIVE, reason=f"all-reduce did not run: {e}"
@@ -81,6 +80,11 @@ def measure_allreduce(
 def run_allreduce(ctx: StepContext) -> list[Result]:
     ctx.say("all-reduce across the node's devices")
     res = measure_allreduce(ctx.cfg, ctx.devices, ctx.floor, ctx.report)
+    ranks = sorted({k for r in res.evidence.get("rows", []) for k in r.get("wrong_ranks") or []})
+    if ranks and ctx.cfg.backend == "cuda":  # rank k ran on cuda:k: the GPUs that received wrong values
+        res.evidence["wrong_devices"] = [
+            ctx.devices[k].get("identity") for k in ranks if k < len(ctx.devices)
+        ]
     ctx.tick()
     return [res]
 

@@ -80,7 +80,8 @@ def apply_peers(results: list[Result]) -> None:
     """Within one node and test, a GPU more than PEER_SLOW below the median of the others fails."""
     groups: dict[tuple[str, str], list[Result]] = {}
     for r in results:
-        if r.gpu is not None and r.figure is not None and r.verdict in (Verdict.PASS, Verdict.WARN):
+        per_gpu = r.gpu is not None or r.uuid is not None  # a GPU CUDA sees that NVML did not name: its UUID
+        if per_gpu and r.figure is not None and r.verdict in (Verdict.PASS, Verdict.WARN):
             groups.setdefault((r.node, r.test), []).append(r)
     for rs in groups.values():
         if len(rs) < 2:
@@ -291,8 +292,13 @@ def judge_allreduce(
     big = rows[-1]
     test = f"allreduce-{nprocs}"
     ev = {"world": out["world"], "backend": backend, "rows": rows, "largest_size": big["size_bytes"]}
+    if out.get("check"):
+        ev["check"] = out["check"]
     if any(r["wrong"] for r in rows):
         ev["corruption"] = True
+        wrong = sum(r["wrong"] for r in rows)
+        ranks = sorted({k for r in rows for k in r.get("wrong_ranks") or []})
+        where = f" (received on rank {', '.join(map(str, ranks))})" if ranks else ""
         return Result(
             node,
             None,
@@ -300,7 +306,7 @@ def judge_allreduce(
             Verdict.FAIL,
             big["busbw_gbps"],
             "GB/s",
-            reason="all-reduce returned wrong values",
+            reason=f"all-reduce returned wrong values: {wrong} element(s) differ from the exact sum{where}",
             evidence=ev,
         )
     if nprocs < 2:
