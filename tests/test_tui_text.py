@@ -34,13 +34,14 @@ EVENT = f"Xid (PCI:{BUS}): 79 {STYLED} {LINK} {BROKEN} {EMOJI}"
 WHO = f"[bold]eve[/]{EMOJI}"
 MODEL = f"H200 {STYLED} {EMOJI}"
 REASON = f"swap {LINK} {BROKEN}"
+METRIC = f"probe{EMOJI}[b]{BROKEN}"  # a series the alert's evidence names, plotted under its name
 
 
 @pytest.fixture()
 def db(tmp_path: Path) -> Path:
     from fleettool.engine.silences import acknowledge
     from fleettool.lifecycle import transition
-    from fleettool.model import Event, GpuInfo
+    from fleettool.model import Event, GpuInfo, Sample
     from fleettool.store import Store
     from fleettool.store.alerts import AlertRecord, put_alert
     from fleettool.store.burnin import write_burnin_results
@@ -65,7 +66,10 @@ def db(tmp_path: Path) -> Path:
                 summary=SUMMARY,
                 runbook="runbooks/gpu-fell-off-the-bus.md",
                 incident="i1",
-                evidence={"findings": [{"rule": RULE, "severity": "critical", "summary": SUMMARY}]},
+                evidence={
+                    "findings": [{"rule": RULE, "severity": "critical", "summary": SUMMARY}],
+                    "series": [[METRIC, RULE]],
+                },
             ),
         )
         put_alert(
@@ -88,6 +92,9 @@ def db(tmp_path: Path) -> Path:
             ),
         )
         acknowledge(st, "a1", now=now, until=now + 3600, who=WHO, reason=REASON)
+        st.write_samples(
+            [Sample(now - 600 + 30 * i, NODE, 3, "GPU-1", METRIC, float(i % 5)) for i in range(20)]
+        )
         st.write_events([Event(now - 300, NODE, "xid", EVENT, gpu=3, pci_bus_id=BUS, code=79)])
         st.upsert_gpus([GpuInfo(NODE, 3, "GPU-1", BUS + ".0", MODEL, "550")], now - 300)
         burnin = {
@@ -163,7 +170,9 @@ def test_confirm_prompt_names_rule_node_and_gpu_as_typed(db: Path) -> None:
 
 
 def test_evidence_node_and_grid_show_data_as_typed(db: Path) -> None:
-    from textual.widgets import DataTable, Static
+    from textual.widgets import DataTable, Markdown, Static
+    from textual.widgets.markdown import MarkdownBlock
+    from textual_plotext import PlotextPlot
 
     from fleettool.tui.screens import DetailScreen, FleetScreen, NodeScreen
 
@@ -180,6 +189,11 @@ def test_evidence_node_and_grid_show_data_as_typed(db: Path) -> None:
             await _settle(pilot, lambda: NODE in shown(scr.query_one("#summary", Static)))
             seen["head"] = shown(scr.query_one("#summary", Static))
             seen["events"] = shown(scr.query_one("#events", Static))
+            await _settle(pilot, lambda: len(scr.query(PlotextPlot)) == 1)
+            seen["plot"] = str(scr.query_one(PlotextPlot).render())
+            md = scr.query_one("#runbook", Markdown)
+            await _settle(pilot, lambda: NODE in "".join(str(b.render()) for b in md.query(MarkdownBlock)))
+            seen["runbook"] = "\n".join(str(b.render()) for b in md.query(MarkdownBlock))
             await pilot.press("escape", "n")
             await _settle(pilot, lambda: isinstance(app.screen, NodeScreen))
             scr = app.screen
@@ -199,6 +213,8 @@ def test_evidence_node_and_grid_show_data_as_typed(db: Path) -> None:
     head = seen["head"]
     assert f"CRITICAL {CATEGORY}  {NODE} gpu 3" in head and SUMMARY in head, head
     assert "action: reset-gpu" in head and f"- {RULE} (critical): {SUMMARY}" in head, head
+    assert f"{METRIC}  0 .. 4" in seen["plot"], seen["plot"]  # the plot's title (plotext, drawn from ANSI)
+    assert f"This alert: {RULE} on {NODE}, GPU 3" in seen["runbook"] and SUMMARY in seen["runbook"]
     ev = seen["events"]
     assert EVENT in ev and f"hbm{EMOJI} gpu 3: FAIL 1.5 {STYLED}" in ev, ev
     assert f"{NODE}  lifecycle: suspect" in seen["nodehead"], seen["nodehead"]
