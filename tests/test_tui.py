@@ -110,7 +110,7 @@ def test_fleet_grid_filter_and_help(db: Path) -> None:
             await _settle(pilot, lambda: isinstance(app.screen, FleetScreen))
             grid = app.screen.query_one("#grid", DataTable)
             await _settle(pilot, lambda: grid.row_count == 3)
-            first = grid.get_row_at(0)
+            first = [str(c) for c in grid.get_row_at(0)]  # cells are Text (data, not markup)
             assert first[0] == "gpu-12" and first[3] == "critical"
 
     asyncio.run(go())
@@ -254,17 +254,20 @@ def test_stats_screen_and_fleet_filter(tmp_path: Path) -> None:
             assert "3 nodes" in text and "1 interruptions" in text and "{" not in text  # words, not a dict
             cats, down = scr.query_one("#statcats", DataTable), scr.query_one("#statdown", DataTable)
             await _settle(pilot, lambda: cats.row_count == 1 and down.row_count == 1)
-            assert list(cats.get_row_at(0)) == ["gpu-lost", "1"] and down.get_row_at(0)[0] == "gpu-21"
+            assert (
+                list(map(str, cats.get_row_at(0))) == ["gpu-lost", "1"]
+                and str(down.get_row_at(0)[0]) == "gpu-21"
+            )
             nodes = scr.query_one("#statnodes", DataTable)
             await _settle(pilot, lambda: nodes.row_count == 3)
-            assert nodes.get_row_at(0)[0] == "gpu-21"  # least available first
+            assert str(nodes.get_row_at(0)[0]) == "gpu-21"  # least available first
             await pilot.press("escape", "f")
             await _settle(pilot, lambda: isinstance(app.screen, FleetScreen))
             grid = app.screen.query_one("#grid", DataTable)
             await _settle(pilot, lambda: grid.row_count == 3)
             await pilot.press("slash", *"lost", "enter")  # by the category (gpu-lost) of a firing alert
             await _settle(pilot, lambda: grid.row_count == 1)
-            assert grid.get_row_at(0)[0] == "gpu-21"
+            assert str(grid.get_row_at(0)[0]) == "gpu-21"
 
     asyncio.run(go())
 
@@ -291,7 +294,7 @@ def test_resolve_key_and_grid_sort(tmp_path: Path) -> None:
             grid = app.screen.query_one("#grid", DataTable)
             await _settle(pilot, lambda: grid.row_count == 2)
             await pilot.press("o")  # by name
-            await _settle(pilot, lambda: grid.get_row_at(0)[0] == "gpu-03")
+            await _settle(pilot, lambda: str(grid.get_row_at(0)[0]) == "gpu-03")
 
     asyncio.run(go())
 

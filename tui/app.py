@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rich.markup import escape
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -24,6 +23,7 @@ from fleettool.tui.messages import AlertsLoaded
 from fleettool.tui.screens import SCREENS, ConfirmScreen, DetailScreen, HelpScreen
 from fleettool.tui.source import Source
 from fleettool.tui.tables import fill, move_to_key
+from fleettool.tui.text import plain
 from fleettool.tui.theme import SEV_STYLE
 
 # the help's rows for the alert list's own keys; the screens' rows come from SCREENS, in between
@@ -135,14 +135,12 @@ class FleetTui(ShowsWorkerErrors, App[None]):
         rows = []
         for r in vis:
             c = self._cells(r)
-            rows.append(
-                (f"[{SEV_STYLE.get(r['severity'], '')}]{c[0]}[/]", *map(escape, c[1:]))
-            )  # data, not markup
+            rows.append((plain(c[0], SEV_STYLE.get(r["severity"], "")), *c[1:]))  # fill shows str as text
         ids = [r["alert_id"] for r in vis]
         fill(t, ALERT_COLUMNS, rows, ids)
         move_to_key(t, ids, keep_id, keep_row or 0)  # gone (resolved away, filtered out): where it was
         self.selected_id = ids[t.cursor_row] if ids else None
-        self.query_one("#status", Static).update(self.status_line(vis))
+        self.query_one("#status", Static).update(plain(self.status_line(vis)))
 
     def status_line(self, vis: list[dict[str, Any]]) -> str:
         """How many alerts the list shows, of how many, and how many of those shown are firing."""
@@ -210,7 +208,11 @@ class FleetTui(ShowsWorkerErrors, App[None]):
         if r is None:
             return
         if self.source.fleet:
-            self.notify("a fleet location is read-only: act on the node's own database", severity="warning")
+            self.notify(
+                "a fleet location is read-only: act on the node's own database",
+                severity="warning",
+                markup=False,
+            )
             return
         verb, for_s = ACTIONS[what]
         gpu = "" if r["gpu"] is None else f" GPU {r['gpu']}"
@@ -252,7 +254,9 @@ class FleetTui(ShowsWorkerErrors, App[None]):
                 )
         gpu = "" if r["gpu"] is None else f" GPU {r['gpu']}"
         self.call_from_thread(
-            self.notify, f"{ACTIONS[what][0]}: {r['rule']} on {r['node']}{gpu} (alert {r['alert_id']})"
+            self.notify,
+            f"{ACTIONS[what][0]}: {r['rule']} on {r['node']}{gpu} (alert {r['alert_id']})",
+            markup=False,  # the rule and node are data
         )
         self.load_alerts()
 

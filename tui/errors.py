@@ -12,10 +12,11 @@ from typing import Any
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
+
+from fleettool.tui.text import assemble
 
 
 class ErrorScreen(ModalScreen[None]):
@@ -28,7 +29,7 @@ class ErrorScreen(ModalScreen[None]):
         self.message = message
 
     def compose(self) -> ComposeResult:
-        yield Static(f"[b]Error[/b]\n\n{escape(self.message)}\n\n(press Esc)", id="error")
+        yield Static(assemble(("Error", "b"), "\n\n", self.message, "\n\n(press Esc)"), id="error")
 
 
 def show_error(app: App[Any], message: str) -> None:

@@ -9,6 +9,8 @@ from textual.binding import Binding
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from fleettool.tui.text import assemble
+
 
 class ConfirmScreen(ModalScreen[bool]):
     BINDINGS = [
@@ -18,10 +20,12 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def __init__(self, question: str) -> None:
         super().__init__()
-        self.question = question
+        self.question = question  # names the rule and node as stored: shown as text, never as markup
 
     def compose(self) -> ComposeResult:
-        yield Static(f"{self.question}\n\n[b]y[/b] yes    [b]n[/b] / Esc no", id="confirm")
+        yield Static(
+            assemble(self.question, "\n\n", ("y", "b"), " yes    ", ("n", "b"), " / Esc no"), id="confirm"
+        )
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)

@@ -14,6 +14,7 @@ from textual_plotext import PlotextPlot
 from fleettool.store.values import epoch
 from fleettool.tui.messages import DetailLoaded
 from fleettool.tui.screens.base import DataScreen
+from fleettool.tui.text import Part, assemble, plain
 from fleettool.tui.theme import SEV_STYLE
 
 
@@ -53,14 +54,17 @@ class DetailScreen(DataScreen):
             return
         gpu = "-" if d["gpu"] is None else d["gpu"]
         style = SEV_STYLE.get(d["severity"], "")
-        head = (
-            f"[{style}]{d['severity'].upper()}[/] {d['category']}  {d['node']} gpu {gpu}\n"
-            f"[b]{d['summary']}[/b]\naction: [b]{d['action']}[/b]   state: {d['state']}   "
-            f"since {d['first_seen']}   last {d['last_seen']}\n"
-        )
+        head: list[Part] = [
+            (d["severity"].upper(), style),
+            f" {d['category']}  {d['node']} gpu {gpu}\n",
+            (d["summary"], "b"),
+            "\naction: ",
+            (d["action"], "b"),
+            f"   state: {d['state']}   since {d['first_seen']}   last {d['last_seen']}\n",
+        ]
         findings = d["evidence"].get("findings", [])
-        head += "\n".join(f"  - {f['rule']} ({f['severity']}): {f['summary']}" for f in findings)
-        self.query_one("#summary", Static).update(head)
+        head.append("\n".join(f"  - {f['rule']} ({f['severity']}): {f['summary']}" for f in findings))
+        self.query_one("#summary", Static).update(assemble(*head))
         sparks = self.query_one("#sparks", VerticalScroll)
         first = epoch(d["first_seen"])
         self.plotted = [m for m, v in d["series"].items() if v]
@@ -90,6 +94,6 @@ class DetailScreen(DataScreen):
             for b in d["burnins"]
         ]
         self.query_one("#events", Static).update(
-            "\n".join(lines) or "no events, runs or burn-ins in the window"
+            plain("\n".join(lines) or "no events, runs or burn-ins in the window")
         )
         self.query_one("#runbook", Markdown).update(d["runbook_text"])

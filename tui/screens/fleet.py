@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,9 +14,20 @@ from fleettool.tui.messages import FleetLoaded
 from fleettool.tui.screens.base import DataScreen
 from fleettool.tui.screens.node import NodeScreen
 from fleettool.tui.tables import fill, move_to_key
+from fleettool.tui.text import plain
 
 GRID_COLUMNS = ("node", "model", "state", "worst", "categories", "GPUs (. ok, W warning, C critical)")
-MARK = {"critical": "[bold red]C[/]", "warning": "[yellow]W[/]", "info": "[cyan]i[/]", None: "."}
+MARK = {
+    "critical": plain("C", "bold red"),
+    "warning": plain("W", "yellow"),
+    "info": plain("i", "cyan"),
+    None: plain("."),
+}
+
+
+def _marks(gpus: dict[int | None, str | None]) -> Text:
+    """One mark per GPU, in index order (a node-level entry first), space-separated."""
+    return plain(" ").join(MARK[gpus[g]] for g in sorted(gpus, key=lambda g: -1 if g is None else g))
 
 
 class FleetScreen(DataScreen):
@@ -97,12 +108,12 @@ class FleetScreen(DataScreen):
             rows = sorted(rows, key=lambda n: n["node"])
         cells = [
             (
-                escape(n["node"]),
-                escape(n["model"] or ""),
+                n["node"],
+                n["model"] or "",
                 n["state"],
                 n["worst"] or "ok",
                 ",".join(n["categories"]),
-                " ".join(MARK[n["gpus"][g]] for g in sorted(n["gpus"], key=lambda x: -1 if x is None else x)),
+                _marks(n["gpus"]),
             )
             for n in rows
         ]

@@ -15,6 +15,7 @@ from fleettool.model import who_acts
 from fleettool.tui.messages import NodeLoaded
 from fleettool.tui.screens.base import DataScreen
 from fleettool.tui.tables import fill
+from fleettool.tui.text import assemble, plain
 
 GPU_COLUMNS = ("gpu", "temp C", "power W", "SM MHz", "util %", "reasons", "alert", "readings")
 
@@ -55,9 +56,13 @@ class NodeScreen(DataScreen):
     def on_node_loaded(self, msg: NodeLoaded) -> None:
         v = msg.view
         self.query_one("#nodehead", Static).update(
-            f"[b]{v['node']}[/b]  lifecycle: [b]{v['state']}[/b]"
-            + (f" since {v['since']}" if v["since"] else "")
-            + "   (c cordon, b burn-in, h healthy)"
+            assemble(
+                (v["node"], "b"),
+                "  lifecycle: ",
+                (v["state"], "b"),
+                f" since {v['since']}" if v["since"] else "",
+                "   (c cordon, b burn-in, h healthy)",
+            )
         )
         rows = []
         for g in v["gpus"]:
@@ -75,7 +80,7 @@ class NodeScreen(DataScreen):
                     hex(int(g["clock_event_reasons"])) if g.get("clock_event_reasons") is not None else "",
                     g.get("alert") or "",
                     # the last values of a GPU that stopped answering are not its state now: say so
-                    f"[b]STALE[/b]: none for {g['stale_s'] / 60:.0f} min"
+                    assemble(("STALE", "b"), f": none for {g['stale_s'] / 60:.0f} min")
                     if g.get("stale_s") is not None
                     else "current",
                 )
@@ -93,12 +98,12 @@ class NodeScreen(DataScreen):
             for r in v["audit"]
         ]
         self.query_one("#nodeevents", Static).update(
-            "\n".join(lines) or "no events, burn-ins or lifecycle changes"
+            plain("\n".join(lines) or "no events, burn-ins or lifecycle changes")
         )
 
     def action_move(self, to: str) -> None:
         if self.source.fleet:
-            self.notify("a fleet location is read-only", severity="warning")
+            self.notify("a fleet location is read-only", severity="warning", markup=False)
             return
         from fleettool.tui.screens.confirm import ConfirmScreen
 
@@ -124,6 +129,6 @@ class NodeScreen(DataScreen):
                     run=False,
                 )
         except TransitionError as e:  # a refused move is an answer, not a failure: say why and stay
-            self.app.call_from_thread(self.notify, str(e), severity="error")
+            self.app.call_from_thread(self.notify, str(e), severity="error", markup=False)
             return
         self.load()

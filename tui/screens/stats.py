@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -13,6 +12,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from fleettool.tui.messages import StatsLoaded
 from fleettool.tui.screens.base import DataScreen
 from fleettool.tui.tables import fill
+from fleettool.tui.text import assemble
 
 HEADERS = {
     "statnodes": ("node", "availability", "interruptions", "down", "MTBF"),
@@ -53,8 +53,11 @@ class StatsScreen(DataScreen):
         tl = rep.get("timeline") or []
         mtbf = "-" if f.get("mtbf_s") is None else f"{f['mtbf_s'] / 3600:.1f} h"
         self.query_one("#stats", Static).update(
-            f"[b]fleet[/b]: {f.get('nodes', 0)} nodes, availability {f.get('availability', 1):.4%}, "
-            f"{f.get('interruptions', 0)} interruptions, MTBF {mtbf}"
+            assemble(
+                ("fleet", "b"),
+                f": {f.get('nodes', 0)} nodes, availability {f.get('availability', 1):.4%}, "
+                f"{f.get('interruptions', 0)} interruptions, MTBF {mtbf}",
+            )
             if rep.get("window") is not None
             else "nothing in the store to report on yet"
         )
@@ -62,7 +65,7 @@ class StatsScreen(DataScreen):
         fill(self.query_one("#statcats", DataTable), HEADERS["statcats"], [(c, str(n)) for c, n in cats])
         down = [
             (
-                escape(x["node"]),
+                x["node"],
                 time.strftime("%Y-%m-%d %H:%M", time.gmtime(x["from"])),
                 f"{(x['to'] - x['from']) / 60:.0f} min",
             )
@@ -71,7 +74,7 @@ class StatsScreen(DataScreen):
         fill(self.query_one("#statdown", DataTable), HEADERS["statdown"], down)
         nodes = [
             (
-                escape(n["node"]),
+                n["node"],
                 f"{n['availability']:.4%}",
                 str(n["interruptions"]),
                 f"{n['down_s'] / 60:.0f} min",
