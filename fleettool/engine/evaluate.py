@@ -111,8 +111,9 @@ def evaluate_rule(
         boots = _boots(store)
     out: list[Finding] = []
     for ent, obs in res.obs.items():
-        insts = run_observations(obs, rule.for_s, rule.keep_s, end)
         extra = res.extra.get(ent, {})
+        # a kind may end an entity's finding without keep_firing_for (a lost GPU proven back: kinds/_held.py)
+        insts = run_observations(obs, rule.for_s, float(extra.get("keep_s", rule.keep_s)), end)
         if boots is not None:
             extra = {**extra, "boots": boots.get(ent[0], [])}
         for inst in insts:
@@ -124,7 +125,9 @@ def evaluate_rule(
 
 def _findings(rule: Rule, ent: Entity, inst: Instance, extra: dict[str, Any]) -> list[Finding]:
     node, gpu, key = ent
-    evidence: dict[str, Any] = {k: v for k, v in extra.items() if k not in ("severity", "events", "peak")}
+    evidence: dict[str, Any] = {
+        k: v for k, v in extra.items() if k not in ("severity", "events", "peak", "keep_s")
+    }
     if extra.get("peak") is not None:
         evidence["peak"] = extra["peak"]
     summary_kw: dict[str, Any] = {
@@ -177,7 +180,21 @@ class Incident:
 
     @property
     def primary(self) -> Finding:
-        return max(self.findings, key=lambda f: (f.severity.rank, f.rule.priority, f.action.rank))
+        """The finding the alert is named after: the worst; among equals, a line that says the GPU is gone
+        (held until it is back, kinds/_held.py), the first of them, since it is the cause and pages first (its
+        stopped series join later and must not rename the alert on /metrics mid-incident); then priority."""
+
+        def rank(f: Finding) -> tuple[int, int, float, int, int]:
+            held = "held" in f.evidence
+            return (
+                f.severity.rank,
+                held,
+                -f.inst.first_seen if held else 0.0,
+                f.rule.priority,
+                f.action.rank,
+            )
+
+        return max(self.findings, key=rank)
 
     @property
     def severity(self) -> Severity:

@@ -9,7 +9,12 @@ rule is one SQL query whose planning costs ~6 ms (measured on the dev box, 33 ru
 store), so evaluating every rule every minute cost 0.33 % of a core; this cadence is ~0.1 %.
 
 Alerts are upserted: an open alert of the same node, GPU and incident keeps its id and first_seen across
-evaluations. A wall clock stepped back makes every rule due (it never waits for the clock to catch up).
+evaluations. An incident is folded from every rule's latest findings, not only the rules due now: the scheduler
+keeps each rule's findings from its last evaluation. (Folding only the due rules' findings made the alert of an
+XID 79 and its stopped series flip between the two rules, and lose the other's evidence, as one or the other
+came due: the rule on /metrics changed mid-incident, and a finding of a rule judged alone, whose own first_seen
+did not reach the open alert, became a second alert for the same GPU, left firing with a stale last_seen.)
+A wall clock stepped back makes every rule due (it never waits for the clock to catch up).
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fleettool.engine import prefilter
-from fleettool.engine.evaluate import evaluate_rule, fold, write_alerts
+from fleettool.engine.evaluate import Finding, evaluate_rule, fold, write_alerts
+from fleettool.engine.kinds import _held
 from fleettool.engine.rules import Rule
 from fleettool.store import Store
 
@@ -33,9 +39,17 @@ def cadence(r: Rule) -> float:
     if r.kind in ("trend", "nccl_localize"):
         return 3600.0
     if r.kind == "event":
+        if holds(r):  # a lost GPU's line holds until its series come back: watched as often as they are
+            return 60.0
         return 300.0  # judged at once on arrival (urgent); the timer only ages keep_firing_for out
     window = float(r.p("window", 0) or 0)
     return min(600.0, max(60.0, (window + r.for_s) / 2))
+
+
+def holds(r: Rule) -> bool:
+    """An event rule that reads lines saying a GPU is gone (kinds/_held.py)."""
+    codes = [int(c) for c in r.p("codes") or []] or None
+    return r.kind == "event" and _held.older_sql(list(r.p("events") or ["xid"]), codes) is not None
 
 
 def urgent(r: Rule) -> bool:
@@ -52,6 +66,8 @@ class RuleScheduler:
         True  # skip the threshold rules one query shows to have nothing to find (engine/prefilter)
     )
     skipped: int = 0
+    # each rule's findings at its last evaluation: an incident folds them all, due now or not
+    findings: dict[str, list[Finding]] = field(default_factory=dict)
 
     def due(self, now: float, *, urgent_too: bool = False) -> list[Rule]:
         out = []
@@ -71,13 +87,11 @@ class RuleScheduler:
         due = self.due(now, urgent_too=urgent)
         if not due:
             return 0
-        findings = []
         windows = [(r, now - lookback(r), now) for r in due]
         skip = prefilter.quiet(store, windows) if self.prefilter else set()
         self.skipped += len(skip)
         for r, start, end in windows:
-            if r.alert not in skip:
-                findings.extend(evaluate_rule(store, r, start, end))
+            self.findings[r.alert] = [] if r.alert in skip else evaluate_rule(store, r, start, end)
             self.last[r.alert] = now
         self.evaluations += 1
-        return write_alerts(store, fold(findings, now))
+        return write_alerts(store, fold([f for fs in self.findings.values() for f in fs], now))
