@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from fleettool.engine.state import FIRING, PENDING, RESOLVED, Instance, run_obse
 from fleettool.model import Action, Category, Severity
 from fleettool.store import Store
 from fleettool.store.alerts import AlertRecord, open_alert_of_incident, put_alert
+from fleettool.store.silences import active_acks
 
 
 @dataclass
@@ -313,8 +315,14 @@ def _boots(store: Store) -> dict[str, list[float]]:
 
 def write_alerts(store: Store, incidents: list[Incident]) -> int:
     """Upsert incidents into the alerts table. An open alert of the same node, GPU and incident key that the
-    new incident overlaps keeps its id and first_seen (incremental evaluation in the agent)."""
+    new incident overlaps keeps its id and first_seen (incremental evaluation in the agent), and stays resolved
+    when a person resolved it (`alerts resolve`): the next evaluation must not page it again."""
     n = 0
+    by_hand = (
+        {k for k, a in active_acks(store, time.time()).items() if a["kind"] == "resolve"}
+        if incidents
+        else set()
+    )
     for inc in incidents:
         p = inc.primary
         existing = open_alert_of_incident(store, inc.node, inc.gpu, inc.key, inc.first_seen - 1)
@@ -329,7 +337,7 @@ def write_alerts(store: Store, incidents: list[Incident]) -> int:
                 gpu=inc.gpu,
                 uuid=None if inc.gpu is None else store.gpu_uuid(inc.node, inc.gpu),
                 action=inc.action.value,
-                state=inc.state,
+                state=RESOLVED if existing and existing[0] in by_hand else inc.state,
                 first_seen=min(inc.first_seen, existing[1]) if existing else inc.first_seen,
                 last_seen=inc.last_seen,
                 summary=inc.summary(),

@@ -22,9 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fleettool.engine import prefilter
-from fleettool.engine.evaluate import Finding, evaluate_rule, fold, write_alerts
+from fleettool.engine.evaluate import Finding, Incident, evaluate_rule, fold, write_alerts
 from fleettool.engine.kinds import _held
 from fleettool.engine.rules import Rule
+from fleettool.engine.state import FIRING
 from fleettool.store import Store
 
 MARGIN_S = 600.0
@@ -68,6 +69,7 @@ class RuleScheduler:
     skipped: int = 0
     # each rule's findings at its last evaluation: an incident folds them all, due now or not
     findings: dict[str, list[Finding]] = field(default_factory=dict)
+    written: float = -1e18  # when alerts were last written
 
     def due(self, now: float, *, urgent_too: bool = False) -> list[Rule]:
         out = []
@@ -81,17 +83,38 @@ class RuleScheduler:
         """The metrics of the instant rules: a change of one of them makes the agent flush and judge at once."""
         return frozenset(str(r.p("metric")) for r in self.rules if urgent(r) and r.p("metric", None))
 
+    def start(self, r: Rule, now: float) -> float:
+        """Where a rule's evaluation starts: its lookback, or, for a GPU's stopped series still firing, its last
+        sample (a GPU silent for longer than the lookback must not drop out of the judgement and leave its alert
+        firing forever with the last_seen it had then)."""
+        start = now - lookback(r)
+        if r.kind == "absent":
+            held = [
+                f.evidence.get("last_sample") for f in self.findings.get(r.alert, []) if f.state == FIRING
+            ]
+            start = min([start, *(float(t) - 1.0 for t in held if t is not None)])
+        return start
+
     def run(self, store: Store, now: float, *, urgent: bool = False) -> int:
         """Evaluate the due rules (and, `urgent`, the event and instant rules) over their lookback ending now;
         write the alerts. Returns alerts written."""
         due = self.due(now, urgent_too=urgent)
         if not due:
             return 0
-        windows = [(r, now - lookback(r), now) for r in due]
+        windows = [(r, self.start(r, now), now) for r in due]
         skip = prefilter.quiet(store, windows) if self.prefilter else set()
         self.skipped += len(skip)
         for r, start, end in windows:
             self.findings[r.alert] = [] if r.alert in skip else evaluate_rule(store, r, start, end)
             self.last[r.alert] = now
         self.evaluations += 1
-        return write_alerts(store, fold([f for fs in self.findings.values() for f in fs], now))
+        incidents = fold([f for fs in self.findings.values() for f in fs], now)
+        # an incident that had resolved by the last run was written then, whole; a later window sees only part
+        # of it (the GPU's silence, then its XID, drop out of their lookbacks) and must not rewrite it with less
+        since, self.written = self.written, now
+        return write_alerts(store, [i for i in incidents if not _settled(i, since)])
+
+
+def _settled(inc: Incident, since: float) -> bool:
+    """Every finding of the incident had resolved by `since`."""
+    return all(f.inst.resolved_at is not None and f.inst.resolved_at <= since for f in inc.findings)
