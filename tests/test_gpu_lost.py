@@ -25,8 +25,10 @@ XID_AT = 60
 LINE = "NVRM: Xid (PCI:0000:44:00): 79, pid=<unknown>, name=<unknown>, GPU has fallen off the bus."
 
 
-def flushes(seconds: int, back_at: int | None, boot_at: int | None = None) -> list[tuple[float, Collected]]:
-    """4 GPUs every 30 s; GPU 3 takes an XID 79 at 60 s and reports nothing from then until `back_at`."""
+def flushes(
+    seconds: int, back_at: int | None, boot_at: int | None = None, xid: bool = True
+) -> list[tuple[float, Collected]]:
+    """4 GPUs every 30 s; GPU 3 takes an XID 79 at 60 s (`xid`) and reports nothing from then until `back_at`."""
     out = []
     for s in range(0, seconds + 1, STEP):
         gone = s >= XID_AT and (back_at is None or s < back_at)
@@ -37,7 +39,7 @@ def flushes(seconds: int, back_at: int | None, boot_at: int | None = None) -> li
             for m, v in (("gpu_temp_c", 50.0), ("power_w", 300.0))
         ]
         events = []
-        if s == XID_AT:
+        if s == XID_AT and xid:
             events.append(Event(T0 + s, "n", "xid", LINE, gpu=3, code=79, source="kmsg:kmsg"))
         if boot_at is not None and s == boot_at:
             events.append(Event(T0 + s, "n", "boot", "Linux version 6.8", source="kmsg:kmsg"))
@@ -149,3 +151,22 @@ def test_a_person_resolving_it_holds(tmp_path: Path) -> None:
                 )
         assert [a for a in pipe.firing_alerts("n") if a["gpu"] == 3] == []
         assert [a["state"] for a in list_alerts(st) if a["gpu"] == 3] == ["resolved"]
+
+
+def test_stopped_series_alone_end_when_they_come_back_on_both_paths(tmp_path: Path) -> None:
+    """No XID (an exporter that lost the GPU): GpuSeriesStopped alone, silent for longer than the agent's
+    lookback of the rule (20 min), then back: one alert, resolved at the return, on both paths."""
+    back = 45 * 60
+    data = flushes(back + 900, back, xid=False)
+    seen = as_agent(tmp_path / "agent.duckdb", data)
+    stopped = {**PAGE, "rule": "GpuSeriesStopped"}
+    for now, firing in seen:
+        # last sample at 30 s, silent for `after` (2m) at 150 s, judged at the rule's next run (every minute)
+        want = [stopped] if T0 + 180 <= now < T0 + back else []
+        assert firing == want, f"at {now - T0:.0f}s /metrics has {firing}"
+    as_replay(tmp_path / "replay.duckdb", data)
+    agent, replay = gpu3(tmp_path / "agent.duckdb"), gpu3(tmp_path / "replay.duckdb")
+    assert agent == replay and len(agent) == 1, agent
+    (a,) = agent
+    assert a["state"] == "resolved" and a["rules"] == ["GpuSeriesStopped"]
+    assert a["first_seen"] == T0 + XID_AT - STEP + 120 and a["last_seen"] == T0 + back

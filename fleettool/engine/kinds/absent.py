@@ -48,7 +48,8 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
         ex = res.extra.setdefault(ent, {})
         ex.update(last_sample=a, silent_s=b - a)
         if row["t_back"] is not None:  # its series came back: the silence ends there
-            obs.append((epoch(row["t_back"]), False, None))
+            c = epoch(row["t_back"])
+            obs += [(c, True, c - a), (c, False, None)]  # silent until then
             ex["keep_s"] = 0.0
             ex["back_at"] = epoch(row["t_back"])
         else:
