@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from fleettool.engine import prefilter
 from fleettool.engine.evaluate import Finding, Incident, evaluate_rule, fold, write_alerts
-from fleettool.engine.kinds import _held
+from fleettool.engine.kinds._held import older_sql
 from fleettool.engine.rules import Rule
 from fleettool.engine.state import FIRING
 from fleettool.store import Store
@@ -50,7 +50,7 @@ def cadence(r: Rule) -> float:
 def holds(r: Rule) -> bool:
     """An event rule that reads lines saying a GPU is gone (kinds/_held.py)."""
     codes = [int(c) for c in r.p("codes") or []] or None
-    return r.kind == "event" and _held.older_sql(list(r.p("events") or ["xid"]), codes) is not None
+    return r.kind == "event" and older_sql(list(r.p("events") or ["xid"]), codes) is not None
 
 
 def urgent(r: Rule) -> bool:

@@ -33,7 +33,7 @@ def lost_codes() -> tuple[int, ...]:
     return tuple(c for c in sorted(catalog()) if judge(c).category == Category.GPU_LOST)
 
 
-def held(kind: str, code: int | None, detail: dict[str, Any]) -> bool:
+def holds_line(kind: str, code: int | None, detail: dict[str, Any]) -> bool:
     if kind == "fell-off-bus":
         return True
     return kind == "xid" and code is not None and judge(int(code), detail).category == Category.GPU_LOST

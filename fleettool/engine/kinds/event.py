@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fleettool.engine.kinds import _held
 from fleettool.engine.kinds._base import Entity, Kind, KindResult, RuleLike, Verdict
+from fleettool.engine.kinds._held import episode, holds_line, older_sql
 from fleettool.engine.kinds._promql import (
     EVENT_WINDOW,
     GPU_ON,
@@ -60,7 +60,7 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
         q += " AND code IN (SELECT unnest($codes))"
         params["codes"] = [int(c) for c in codes]
     rows = read(store, q + " ORDER BY node, gpu, ts", params)
-    older = _held.older_sql(kinds, params.get("codes"))
+    older = older_sql(kinds, params.get("codes"))
     if older is not None:  # held lines before the window, while their GPU may still be gone
         q = q.replace("(ts IS NULL OR ts BETWEEN $start AND $end)", older)
         rows = [
@@ -95,7 +95,7 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
         )
         lst = res.obs.setdefault(ent, [])
         value = float(code) if code is not None else None
-        if row["ts"] is not None and _held.held(kind, code, ex["events"][-1]["detail"]):
+        if row["ts"] is not None and holds_line(kind, code, ex["events"][-1]["detail"]):
             held.setdefault(ent, []).append((t, value))
             continue
         lst.append((t, True, value))
@@ -128,7 +128,7 @@ def _hold(
             boots[node] = [epoch(r["ts"]) for r in got]
         hows = []
         for t, value in lines:
-            ep = _held.episode(store, node, gpu, t, value, (start, end), boots[node])
+            ep = episode(store, node, gpu, t, value, (start, end), boots[node])
             if ep is not None:
                 res.obs[ent].extend(ep[0])
                 hows.append(ep[1])
