@@ -106,3 +106,35 @@ def test_the_prefilter_skips_only_rules_with_nothing_to_find(tmp_path: Path) -> 
     assert {("GpuThermalSlowdown", 2), ("GpuUncorrectableRemapsExhausted", 1)} <= fired
     assert not any(r[1] == 3 for r in got[True])  # 30 s under width is shorter than the rule's `for`
     assert skipped >= 100  # most threshold evaluations on a mostly healthy node found nothing to do
+
+
+def test_agent_pages_an_injected_xid79_once_while_the_gpu_stays_lost(tmp_path: Path) -> None:
+    """The drill of the README (`--source fake --inject xid:79@gpu=3`) on a fast clock: from the XID on, what
+    the agent serves on /metrics for GPU 3 is one alert, GpuXid, critical, reboot-node, never renamed when the
+    GPU's stopped series join it (2 min later) and never gone while the GPU is lost; the store holds one alert of
+    GPU 3 with both findings."""
+    import threading
+
+    db = tmp_path / "agent.duckdb"
+    src = FakeSource(gpus=4, inject=[parse_injection("xid:79@gpu=3,after=10")])
+    col = NvmlCollector(src, "fake-node", interval_s=0.05)
+    t_start = time.time()
+    clock = lambda: t_start + (time.time() - t_start) * 60  # noqa: E731  (1 s = 1 min: 8 s = 8 min)
+    cfg = AgentConfig(db=db, node="fake-node", interval_s=0.05, flush_s=0.5, duration_s=8.0, quiet=True)
+    ag = Agent(cfg, [col], clock=clock, scheduler=RuleScheduler(load_rules()))
+    th = threading.Thread(target=ag.run)
+    th.start()
+    served: list[tuple[float, list[tuple[object, ...]]]] = []
+    while th.is_alive():  # what /metrics' fleettool_alerts is built from, as the agent goes
+        gpu3 = [tuple(a[k] for k in ("rule", "severity", "action")) for a in ag.open_alerts if a["gpu"] == 3]
+        served.append((clock() - t_start, gpu3))
+        time.sleep(0.02)
+    th.join()
+    paged = [(t, g) for t, g in served if g]
+    assert paged and paged[-1][0] > 370  # still paging past the 370 s where the XID's page went missing
+    first = served.index(paged[0])
+    assert all(g == [("GpuXid", "critical", "reboot-node")] for _, g in served[first:]), served[first:]
+    with Store(db, read_only=True) as st:
+        rows = st.query("SELECT rule, state, evidence FROM alerts WHERE gpu = 3")
+    assert [(r["rule"], r["state"]) for r in rows] == [("GpuXid", "firing")]
+    assert {f["rule"] for f in json.loads(rows[0]["evidence"])["findings"]} == {"GpuXid", "GpuSeriesStopped"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from fleettool.model import Action, Category, Severity
 from fleettool.store import Store
 from fleettool.store.alerts import AlertRecord, open_alert_of_incident, put_alert
 from fleettool.store.gpu_history import gpu_uuid_at
+from fleettool.store.silences import active_acks
 
 
 @dataclass
@@ -112,8 +114,9 @@ def evaluate_rule(
         boots = _boots(store)
     out: list[Finding] = []
     for ent, obs in res.obs.items():
-        insts = run_observations(obs, rule.for_s, rule.keep_s, end)
         extra = res.extra.get(ent, {})
+        # a kind may end an entity's finding without keep_firing_for (a lost GPU proven back: kinds/_held.py)
+        insts = run_observations(obs, rule.for_s, float(extra.get("keep_s", rule.keep_s)), end)
         if boots is not None:
             extra = {**extra, "boots": boots.get(ent[0], [])}
         for inst in insts:
@@ -125,7 +128,9 @@ def evaluate_rule(
 
 def _findings(rule: Rule, ent: Entity, inst: Instance, extra: dict[str, Any]) -> list[Finding]:
     node, gpu, key = ent
-    evidence: dict[str, Any] = {k: v for k, v in extra.items() if k not in ("severity", "events", "peak")}
+    evidence: dict[str, Any] = {
+        k: v for k, v in extra.items() if k not in ("severity", "events", "peak", "keep_s")
+    }
     if extra.get("peak") is not None:
         evidence["peak"] = extra["peak"]
     summary_kw: dict[str, Any] = {
@@ -178,7 +183,21 @@ class Incident:
 
     @property
     def primary(self) -> Finding:
-        return max(self.findings, key=lambda f: (f.severity.rank, f.rule.priority, f.action.rank))
+        """The finding the alert is named after: the worst; among equals, a line that says the GPU is gone
+        (held until it is back, kinds/_held.py), the first of them, since it is the cause and pages first (its
+        stopped series join later and must not rename the alert on /metrics mid-incident); then priority."""
+
+        def rank(f: Finding) -> tuple[int, int, float, int, int]:
+            held = "held" in f.evidence
+            return (
+                f.severity.rank,
+                held,
+                -f.inst.first_seen if held else 0.0,
+                f.rule.priority,
+                f.action.rank,
+            )
+
+        return max(self.findings, key=rank)
 
     @property
     def severity(self) -> Severity:
@@ -297,8 +316,14 @@ def _boots(store: Store) -> dict[str, list[float]]:
 
 def write_alerts(store: Store, incidents: list[Incident]) -> int:
     """Upsert incidents into the alerts table. An open alert of the same node, GPU and incident key that the
-    new incident overlaps keeps its id and first_seen (incremental evaluation in the agent)."""
+    new incident overlaps keeps its id and first_seen (incremental evaluation in the agent), and stays resolved
+    when a person resolved it (`alerts resolve`): the next evaluation must not page it again."""
     n = 0
+    by_hand = (
+        {k for k, a in active_acks(store, time.time()).items() if a["kind"] == "resolve"}
+        if incidents
+        else set()
+    )
     for inc in incidents:
         p = inc.primary
         existing = open_alert_of_incident(store, inc.node, inc.gpu, inc.key, inc.first_seen - 1)
@@ -313,7 +338,7 @@ def write_alerts(store: Store, incidents: list[Incident]) -> int:
                 gpu=inc.gpu,
                 uuid=None if inc.gpu is None else gpu_uuid_at(store, inc.node, inc.gpu, inc.first_seen),
                 action=inc.action.value,
-                state=inc.state,
+                state=RESOLVED if existing and existing[0] in by_hand else inc.state,
                 first_seen=min(inc.first_seen, existing[1]) if existing else inc.first_seen,
                 last_seen=inc.last_seen,
                 summary=inc.summary(),

@@ -9,7 +9,12 @@ rule is one SQL query whose planning costs ~6 ms (measured on the dev box, 33 ru
 store), so evaluating every rule every minute cost 0.33 % of a core; this cadence is ~0.1 %.
 
 Alerts are upserted: an open alert of the same node, GPU and incident keeps its id and first_seen across
-evaluations. A wall clock stepped back makes every rule due (it never waits for the clock to catch up).
+evaluations. An incident is folded from every rule's latest findings, not only the rules due now: the scheduler
+keeps each rule's findings from its last evaluation. (Folding only the due rules' findings made the alert of an
+XID 79 and its stopped series flip between the two rules, and lose the other's evidence, as one or the other
+came due: the rule on /metrics changed mid-incident, and a finding of a rule judged alone, whose own first_seen
+did not reach the open alert, became a second alert for the same GPU, left firing with a stale last_seen.)
+A wall clock stepped back makes every rule due (it never waits for the clock to catch up).
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fleettool.engine import prefilter
-from fleettool.engine.evaluate import evaluate_rule, fold, write_alerts
+from fleettool.engine.evaluate import Finding, Incident, evaluate_rule, fold, write_alerts
+from fleettool.engine.kinds._held import older_sql
 from fleettool.engine.rules import Rule
+from fleettool.engine.state import FIRING
 from fleettool.store import Store
 
 MARGIN_S = 600.0
@@ -33,9 +40,17 @@ def cadence(r: Rule) -> float:
     if r.kind in ("trend", "nccl_localize"):
         return 3600.0
     if r.kind == "event":
+        if holds(r):  # a lost GPU's line holds until its series come back: watched as often as they are
+            return 60.0
         return 300.0  # judged at once on arrival (urgent); the timer only ages keep_firing_for out
     window = float(r.p("window", 0) or 0)
     return min(600.0, max(60.0, (window + r.for_s) / 2))
+
+
+def holds(r: Rule) -> bool:
+    """An event rule that reads lines saying a GPU is gone (kinds/_held.py)."""
+    codes = [int(c) for c in r.p("codes") or []] or None
+    return r.kind == "event" and older_sql(list(r.p("events") or ["xid"]), codes) is not None
 
 
 def urgent(r: Rule) -> bool:
@@ -52,6 +67,9 @@ class RuleScheduler:
         True  # skip the threshold rules one query shows to have nothing to find (engine/prefilter)
     )
     skipped: int = 0
+    # each rule's findings at its last evaluation: an incident folds them all, due now or not
+    findings: dict[str, list[Finding]] = field(default_factory=dict)
+    written: float = -1e18  # when alerts were last written
 
     def due(self, now: float, *, urgent_too: bool = False) -> list[Rule]:
         out = []
@@ -65,19 +83,38 @@ class RuleScheduler:
         """The metrics of the instant rules: a change of one of them makes the agent flush and judge at once."""
         return frozenset(str(r.p("metric")) for r in self.rules if urgent(r) and r.p("metric", None))
 
+    def start(self, r: Rule, now: float) -> float:
+        """Where a rule's evaluation starts: its lookback, or, for a GPU's stopped series still firing, its last
+        sample (a GPU silent for longer than the lookback must not drop out of the judgement and leave its alert
+        firing forever with the last_seen it had then)."""
+        start = now - lookback(r)
+        if r.kind == "absent":
+            held = [
+                f.evidence.get("last_sample") for f in self.findings.get(r.alert, []) if f.state == FIRING
+            ]
+            start = min([start, *(float(t) - 1.0 for t in held if t is not None)])
+        return start
+
     def run(self, store: Store, now: float, *, urgent: bool = False) -> int:
         """Evaluate the due rules (and, `urgent`, the event and instant rules) over their lookback ending now;
         write the alerts. Returns alerts written."""
         due = self.due(now, urgent_too=urgent)
         if not due:
             return 0
-        findings = []
-        windows = [(r, now - lookback(r), now) for r in due]
+        windows = [(r, self.start(r, now), now) for r in due]
         skip = prefilter.quiet(store, windows) if self.prefilter else set()
         self.skipped += len(skip)
         for r, start, end in windows:
-            if r.alert not in skip:
-                findings.extend(evaluate_rule(store, r, start, end))
+            self.findings[r.alert] = [] if r.alert in skip else evaluate_rule(store, r, start, end)
             self.last[r.alert] = now
         self.evaluations += 1
-        return write_alerts(store, fold(findings, now))
+        incidents = fold([f for fs in self.findings.values() for f in fs], now)
+        # an incident that had resolved by the last run was written then, whole; a later window sees only part
+        # of it (the GPU's silence, then its XID, drop out of their lookbacks) and must not rewrite it with less
+        since, self.written = self.written, now
+        return write_alerts(store, [i for i in incidents if not _settled(i, since)])
+
+
+def _settled(inc: Incident, since: float) -> bool:
+    """Every finding of the incident had resolved by `since`."""
+    return all(f.inst.resolved_at is not None and f.inst.resolved_at <= since for f in inc.findings)

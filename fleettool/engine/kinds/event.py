@@ -1,7 +1,8 @@
 """event: event lines of the given kinds (and codes), XIDs judged by the catalog policy.
 
 Each line is active at its time, then inactive just after, so the alert fires at once and stays for
-keep_firing_for. `refine` judges each finding by its last line: an XID by the catalog (fleettool.xid_catalog),
+keep_firing_for; a line saying the GPU is gone (XID 79, fallen off the bus) holds while the GPU stays gone and
+ends when it is back (kinds/_held.py). `refine` judges each finding by its last line: an XID by the catalog (fleettool.xid_catalog),
 escalated when it recurs across reboots or bursts; an SXID by its fatal/nonfatal severity.
 
     kind: event
@@ -15,7 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fleettool.engine.kinds._base import Kind, KindResult, RuleLike, Verdict
+from fleettool.engine.kinds._base import Entity, Kind, KindResult, RuleLike, Verdict
+from fleettool.engine.kinds._held import episode, holds_line, older_sql
 from fleettool.engine.kinds._promql import (
     EVENT_WINDOW,
     GPU_ON,
@@ -57,9 +59,22 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
     if codes:
         q += " AND code IN (SELECT unnest($codes))"
         params["codes"] = [int(c) for c in codes]
-    q += " ORDER BY node, gpu, ts"
+    rows = read(store, q + " ORDER BY node, gpu, ts", params)
+    older = older_sql(kinds, params.get("codes"))
+    if older is not None:  # held lines before the window, while their GPU may still be gone
+        q = q.replace("(ts IS NULL OR ts BETWEEN $start AND $end)", older)
+        rows = [
+            *read(
+                store,
+                f"SELECT * FROM ({q}) QUALIFY row_number() OVER "
+                "(PARTITION BY node, gpu, kind, code ORDER BY ts DESC) = 1 ORDER BY node, gpu, ts",
+                {k: v for k, v in params.items() if k != "end"},
+            ),
+            *rows,
+        ]
     res = KindResult()
-    for row in read(store, q, params):
+    held: dict[Entity, list[tuple[float, float | None]]] = {}
+    for row in rows:
         kind, code, detail = row["kind"], row["code"], row["detail"]
         t = epoch(row["ts"]) if row["ts"] is not None else end
         key = f"{kind}:{code}" if code is not None else kind
@@ -79,11 +94,51 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
             }
         )
         lst = res.obs.setdefault(ent, [])
-        lst.append((t, True, float(code) if code is not None else None))
+        value = float(code) if code is not None else None
+        if row["ts"] is not None and holds_line(kind, code, ex["events"][-1]["detail"]):
+            held.setdefault(ent, []).append((t, value))
+            continue
+        lst.append((t, True, value))
         lst.append((t + 1.0, False, None))
+    if held:
+        _hold(store, res, held, start, end)
     for obs in res.obs.values():
         obs.sort(key=lambda o: (o[0], not o[1]))
     return res
+
+
+def _hold(
+    store: Store,
+    res: KindResult,
+    held: dict[Entity, list[tuple[float, float | None]]],
+    start: float,
+    end: float,
+) -> None:
+    """The observations of held lines (kinds/_held.py); an entity whose every line is judged by its GPU's
+    series ends at the return it proves, with no keep_firing_for."""
+    boots: dict[str, list[float]] = {}
+    for ent, lines in held.items():
+        node, gpu, _ = ent
+        if node not in boots:
+            got = read(
+                store,
+                "SELECT ts FROM events WHERE kind = 'boot' AND node = $n AND ts IS NOT NULL",
+                {"n": node},
+            )
+            boots[node] = [epoch(r["ts"]) for r in got]
+        hows = []
+        for t, value in lines:
+            ep = episode(store, node, gpu, t, value, (start, end), boots[node])
+            if ep is not None:
+                res.obs[ent].extend(ep[0])
+                hows.append(ep[1])
+        if not res.obs[ent]:  # only lines before the window, their GPU back since
+            del res.obs[ent]
+            del res.extra[ent]
+            continue
+        if hows and "no-evidence" not in hows:
+            res.extra[ent]["keep_s"] = 0.0
+            res.extra[ent]["held"] = hows[-1]
 
 
 def refine(r: RuleLike, first_seen: float, last_seen: float, extra: dict[str, Any], v: Verdict) -> None:
