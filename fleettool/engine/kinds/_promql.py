@@ -138,6 +138,18 @@ class PromAlert:
     labels: dict[str, str] | None = None
 
 
+def only_sub(s: Series, sub: str | None) -> Series:
+    """The series narrowed to one sub-series (a rule's `sub: "link=3"`): a label matcher on its sub-key label."""
+    if sub is None:
+        return s
+    label, _, value = sub.partition("=")
+    if s.sub != label:
+        raise NotExpressible(f"the series {s.sel} carry no {label!r} label for sub: {sub}")
+    matcher = f'{label}="{value}"'
+    sel = s.sel[:-1] + ", " + matcher + "}" if s.sel.endswith("}") else s.sel + "{" + matcher + "}"
+    return Series(sel, s.per_unit, s.sub)
+
+
 def fills(s: Series | None, value: str | None = VALUE, gpu: bool = True) -> dict[str, str]:
     """The usual fills: the node and GPU labels, the sub-key's label, and the alert's value."""
     f = {"node": LABEL % NODE}

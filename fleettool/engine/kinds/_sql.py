@@ -41,14 +41,16 @@ def rollup_column(metric: str) -> str:
     return "vmax" if METRICS[metric].kind == "counter" or METRICS[metric].unit == "bitmask" else "vmean"
 
 
-def src(metric: str, alias: str = "src") -> str:
-    """A CTE of one metric's points in [$start, $end] from raw samples and rollups."""
+def src(metric: str, alias: str = "src", sub: str | None = None) -> str:
+    """A CTE of one metric's points in [$start, $end] from raw samples and rollups; `sub` ("link=3") keeps one
+    sub-series of it (a rule's `sub` field)."""
     agg = rollup_column(metric)
     m = metric.replace("'", "''")
+    only = "" if sub is None else " AND sub = '" + sub.replace("'", "''") + "'"
     return (
-        f"{alias} AS (SELECT ts, node, gpu, sub, value FROM samples WHERE metric = '{m}' "
+        f"{alias} AS (SELECT ts, node, gpu, sub, value FROM samples WHERE metric = '{m}'{only} "
         f"AND ts BETWEEN $start AND $end UNION ALL SELECT minute AS ts, node, gpu, sub, {agg} AS value "
-        f"FROM samples_1m WHERE metric = '{m}' AND minute BETWEEN $start AND $end)"
+        f"FROM samples_1m WHERE metric = '{m}'{only} AND minute BETWEEN $start AND $end)"
     )
 
 

@@ -82,7 +82,7 @@ def _silences(
 
 KIND = Kind(
     name="absent",
-    fields=frozenset({"metric", "after", "mode"}),
+    fields=frozenset({"metric", "after"}),
     durations=frozenset({"after"}),
     evaluate=evaluate,
     no_promql="a series that stops while its node's others go on is judged against the node in the store; "

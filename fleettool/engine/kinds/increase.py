@@ -7,12 +7,13 @@ value); rate is the increase per second, optionally per PCIe lane x generation.
     op: ">"
     value: 10
     per_lane_gen: true           # rate only
+    sub: "link=3"                # optional: one sub-series of the metric
 """
 
 from __future__ import annotations
 
 from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
-from fleettool.engine.kinds._promql import Names, PromAlert, dur, fills, scaled
+from fleettool.engine.kinds._promql import Names, PromAlert, dur, fills, only_sub, scaled
 from fleettool.engine.kinds._sql import cmp, run_obs_sql, src
 from fleettool.store import Store
 
@@ -20,7 +21,7 @@ from fleettool.store import Store
 def _evaluate(store: Store, r: RuleLike, start: float, end: float, per_second: bool) -> KindResult:
     metric = r.p("metric")
     window = float(r.p("window", 300.0))
-    ctes = src(metric) + (
+    ctes = src(metric, sub=r.p("sub")) + (
         ", d AS (SELECT node, gpu, sub, ts, value, value - lag(value) OVER (PARTITION BY node, gpu, sub "
         "ORDER BY ts) AS dv FROM src)"
         ", inc AS (SELECT node, gpu, sub, ts, CASE WHEN dv IS NULL THEN 0 WHEN dv < 0 THEN value ELSE dv END "
@@ -63,7 +64,7 @@ def _promql(r: RuleLike, names: Names, fn: str) -> PromAlert:
     value when the agent starts, so a series that first appears above zero is history, not news, and counts 0, as
     in the engine; the agent's own counters start at 0. (Event counters, which appear at their first event, are
     the event kind's.)"""
-    s = names.series(r.p("metric"))
+    s = only_sub(names.series(r.p("metric")), r.p("sub"))
     e = f"{fn}({s.sel}[{dur(float(r.p('window', 300)))}])"
     if fn == "rate" and r.p("per_lane_gen"):
         e = f"{e} / ({names.series('pcie_link_width').sel} * {names.series('pcie_link_gen').sel})"

@@ -3,19 +3,20 @@
 kind: threshold
 metric: clock_event_reasons
 bitmask_any: 0x60            # or: op: ">", value: 85   or: op: ">", than_metric: ..., value: offset
+sub: "link=3"                # optional: one sub-series of the metric (one NVLink, one collector)
 """
 
 from __future__ import annotations
 
 from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
-from fleettool.engine.kinds._promql import Names, PromAlert, bits, fills, scaled
+from fleettool.engine.kinds._promql import Names, PromAlert, bits, fills, only_sub, scaled
 from fleettool.engine.kinds._sql import cmp, run_obs_sql, src
 from fleettool.store import Store
 
 
 def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
     metric = r.p("metric")
-    ctes = src(metric)
+    ctes = src(metric, sub=r.p("sub"))
     if r.p("bitmask_any") is not None:
         mask = int(r.p("bitmask_any"))
         cond = f"((src.value::BIGINT & {mask}) <> 0)"
@@ -42,7 +43,7 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
 def promql(r: RuleLike, names: Names) -> PromAlert:
     """The alert's value is the metric's: for a bitmask rule, the reasons bitmask (in decimal: Prometheus's
     templates cannot print a number in hex)."""
-    s = names.series(r.p("metric"))
+    s = only_sub(names.series(r.p("metric")), r.p("sub"))
     op = r.p("op", ">")
     if r.p("bitmask_any") is not None:
         f = fills(s)
@@ -58,7 +59,7 @@ def promql(r: RuleLike, names: Names) -> PromAlert:
 
 KIND = Kind(
     name="threshold",
-    fields=frozenset({"metric", "op", "value", "than_metric", "bitmask_any", "sub", "min_value_of", "where"}),
+    fields=frozenset({"metric", "op", "value", "than_metric", "bitmask_any", "sub"}),
     requires=("metric",),
     evaluate=evaluate,
     promql=promql,
