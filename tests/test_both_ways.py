@@ -56,9 +56,6 @@ DIFFERS: dict[str, str] = {
     "nvlink-crc-storm+gap": (
         "last_seen trails: the final flush (at the agent's stop) judges only the due rules, so the last minutes before the end are not judged by a rule whose cadence had not come round"
     ),
-    "row-remap-trend+gap": (
-        "last_seen trails: the final flush (at the agent's stop) judges only the due rules, so the last minutes before the end are not judged by a rule whose cadence had not come round"
-    ),
     "agent#0": (
         "last_seen trails: the final flush (at the agent's stop) judges only the due rules, so the last minutes before the end are not judged by a rule whose cadence had not come round"
     ),
