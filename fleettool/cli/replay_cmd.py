@@ -85,6 +85,7 @@ def _replay(
     at: float | None = None,
     year: int | None = None,
     max_bytes: int | None = None,
+    as_agent: tuple[tuple[float, float], ...] | None = None,
 ) -> None:
     from fleettool.engine.rules import RuleError, load_rules
     from fleettool.ingest.report import IngestOptions
@@ -109,7 +110,7 @@ def _replay(
     )
     new_db = not db.exists()
     try:
-        _replay_into(db, src, opts, rules, strict, as_json, render_text, summarize)
+        _replay_into(db, src, opts, rules, strict, as_json, render_text, summarize, as_agent)
     except typer.Exit as e:
         if new_db and e.exit_code == int(ExitCode.BAD_INPUT) and _nothing_stored(db):
             for leftover in (db, db.with_name(db.name + ".wal")):
@@ -130,15 +131,25 @@ def _nothing_stored(db: Path) -> bool:
 
 
 def _replay_into(
-    db: Path, src: Path, opts: Any, rules: Any, strict: bool, as_json: bool, render_text: Any, summarize: Any
+    db: Path,
+    src: Path,
+    opts: Any,
+    rules: Any,
+    strict: bool,
+    as_json: bool,
+    render_text: Any,
+    summarize: Any,
+    as_agent: tuple[tuple[float, float], ...] | None = None,
 ) -> None:
     from fleettool.pipeline import replay
 
     with open_store(db, read_only=False) as store:
-        try:
-            res = replay(store, src, opts, rules)
+        try:  # --as-agent: ingested here, judged below as the agent judges (nothing judged whole)
+            res = replay(store, src, opts, [] if as_agent is not None else rules)
         except OSError as e:
             raise die(f"{e}", ExitCode.BAD_INPUT) from None
+        if as_agent is not None and res.recognised:
+            res.alerts = _judge_as_agent(store, rules, as_agent)
         reports = res.reports
         if not res.recognised:
             listed = "; ".join(f"{Path(r.path).name}: {r.skipped}" for r in reports if r.skipped)
@@ -224,6 +235,18 @@ def _replay_into(
         raise typer.Exit(int(ExitCode.BAD_INPUT))
 
 
+def _judge_as_agent(store: Any, rules: Any, downs: tuple[tuple[float, float], ...]) -> list[dict[str, Any]]:
+    """The recording judged as the agent judges it (fleettool.agent.as_agent), the alerts as replay lists them."""
+    from fleettool.agent.as_agent import judge
+    from fleettool.pipeline import REPLAY_ALERT_FIELDS
+    from fleettool.store.alerts import list_alerts
+
+    run = judge(store, rules, downs=downs)
+    if run.start is None:
+        print("fleettool: note: --as-agent: no timed data to judge over time", file=sys.stderr)
+    return [{k: a[k] for k in REPLAY_ALERT_FIELDS} for a in list_alerts(store)]
+
+
 def _nothing_from(src: Path, read: list[Any], seen: list[Any]) -> None:
     """Each file read that stored nothing, named with why on stderr; when no file stored anything (and none was
     stored by an earlier replay), one line and exit 3: a replay that stored nothing is never a quiet 0."""
@@ -294,6 +317,23 @@ def register(app: typer.Typer) -> None:
             list[Path] | None,
             typer.Option("--rules", help="rule files or directories (default: the built-in set)"),
         ] = None,
+        as_agent: Annotated[
+            bool,
+            typer.Option(
+                "--as-agent",
+                help="judge the recording as the agent does while collecting it: its rule scheduler at each "
+                "flush (every 60 s, at once for an XID) on the recording's own clock, each evaluation seeing "
+                "only the data up to its time",
+            ),
+        ] = False,
+        down: Annotated[
+            list[str] | None,
+            typer.Option(
+                help="with --as-agent: the agent down FROM+DURATION after the recording's start (e.g. 2h+30m; "
+                "repeatable): no judgement then, its samples dropped from the store, kernel events kept and "
+                "read at the restart, which starts a fresh scheduler"
+            ),
+        ] = None,
     ) -> None:
         """Ingest a recording into the store in the recording's own time, and report what it holds.
 
@@ -303,12 +343,21 @@ def register(app: typer.Typer) -> None:
         Every file is listed with what was stored, or why it was skipped. A file already ingested is not
         stored twice; the database's own files are never read.
 
-        Example: fleettool replay fixtures/scenarios/thermal-throttle --db /tmp/t.duckdb
+        Example: fleettool replay fixtures/scenarios/thermal-throttle --db /tmp/t.duckdb --as-agent --down 20m+10m
         """
+        if down and not as_agent:
+            raise typer.BadParameter("--down needs --as-agent", param_hint="--down")
+        from fleettool.agent.as_agent import parse_down
+
+        try:
+            downs = tuple(parse_down(d) for d in down or [])
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--down") from None
         if year is not None and not 1970 <= year <= 2200:
             raise typer.BadParameter(f"not a year: {year}", param_hint="--year")
         t = parse_at(at) if at is not None else None
-        _replay(db, recording, node, strict, json_out, quiet, rules, t, year, _max_bytes(max_file_size))
+        mb, judged = _max_bytes(max_file_size), downs if as_agent else None
+        _replay(db, recording, node, strict, json_out, quiet, rules, t, year, mb, judged)
 
     @app.command()
     def demo(

@@ -280,6 +280,18 @@ class TelemetryWrites(Connection):
         v = self.scalar("SELECT any_value(uuid) FROM gpus WHERE node = ? AND gpu = ?", [node, gpu])
         return None if v is None else str(v)
 
+    def drop_samples_between(self, start: float, end: float) -> int:
+        """Drop the samples (raw and rolled up) with start <= ts < end: what an agent that was down then never
+        collected (`fleettool replay --as-agent --down`). Events are kept. Returns the rows dropped."""
+        n = 0
+        for sql in (
+            "DELETE FROM samples WHERE ts >= ? AND ts < ?",
+            "DELETE FROM samples_1m WHERE minute >= ? AND minute < ?",
+        ):
+            got = self.con.execute(sql, [db_time(start), db_time(end)]).fetchall()
+            n += int(got[0][0]) if got else 0
+        return n
+
     # -- retention ----------------------------------------------------------------------------------------
     def apply_retention(self, now: float, raw_keep_s: float, rollup_keep_s: float) -> tuple[int, int]:
         """Roll raw samples older than raw_keep_s into 1-minute min/mean/max, drop them, and drop rollups

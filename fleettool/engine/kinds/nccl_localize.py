@@ -73,13 +73,15 @@ def shapes(store: Store, min_size: int = 0) -> list[dict[str, Any]]:
 
 
 def _runs(store: Store, r: RuleLike, end: float) -> dict[Shape, list[Run]]:
-    """Runs with a bandwidth and nodes, by shape."""
+    """Runs with a bandwidth and nodes, by shape, up to `end`."""
     op = r.p("op")
     groups: dict[Shape, list[Run]] = defaultdict(list)
     for x in shapes(store, int(r.p("min_size", 0))):
         if op and x["shape"][0] != op:
             continue
         t = epoch(x["ts"]) if x["ts"] is not None else end
+        if t > end:  # a run after the judgement's time: not known yet (the agent judges as time goes on)
+            continue
         groups[x["shape"]].append((x["run_id"], x["busbw"], x["nodes"], t))
     return groups
 
