@@ -242,6 +242,9 @@ def register(app: typer.Typer) -> None:
             scheduler = RuleScheduler(_load(rules))
         ag = Agent(cfg, collectors, scheduler=scheduler)
         web = _web_config(web_config_file)
+        # before the port answers: a probe that passes means SIGTERM flushes and stops (a SIGTERM in the moment
+        # between the port's first answer and the loop's start killed the agent unflushed, status -15)
+        ag.install_signals()
         if metrics_port is not None:
             from fleettool.agent.health import liveness, readiness
             from fleettool.export.metrics_server import AgentMetrics, serve
@@ -282,7 +285,6 @@ def register(app: typer.Typer) -> None:
                 ) from None
         with open_store(db, read_only=False):  # creates the store, or refuses a file that is not ours
             pass
-        ag.install_signals()
         stats = ag.run()
         if not quiet:
             print(

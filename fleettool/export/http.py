@@ -225,7 +225,11 @@ class HttpServer:
             server.close()
             for c in list(self._conns.values()):
                 c.writer.transport.abort()
-            self._loop.run_until_complete(asyncio.sleep(0))
+            tasks = asyncio.all_tasks(self._loop)
+            for t in tasks:
+                t.cancel()
+            # every connection's task ends here, its exception retrieved: no "never retrieved" at exit
+            self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             self._loop.close()
             self._stopped.set()
 
