@@ -133,8 +133,10 @@ def _rule(d: dict[str, Any], where: str, group: str) -> Rule:
     if metric is not None and metric not in METRICS:
         raise err(f"unknown metric {metric!r}")
     sub = d.get("sub")
-    if sub is not None and not (isinstance(sub, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=[^=\s]+", sub)):
-        raise err(f"sub {sub!r}: one sub-series as label=value, e.g. \"link=3\"")
+    if sub is not None and not (
+        isinstance(sub, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=[^=\s]+", sub)
+    ):
+        raise err(f'sub {sub!r}: one sub-series as label=value, e.g. "link=3"')
     for mkey in ("than_metric", "when_metric"):
         if d.get(mkey) is not None and d[mkey] not in METRICS:
             raise err(f"unknown metric {d[mkey]!r} in {mkey}")
