@@ -101,14 +101,14 @@ class Pipeline:
             write_alerts(store, incidents)
         return incidents
 
-    def evaluate_due(self, now: float, *, urgent: bool = False) -> int:
+    def evaluate_due(self, now: float, *, urgent: bool = False, final: bool = False) -> int:
         """The agent's incremental evaluation: the scheduler's rules due at `now` (and, `urgent`, its event and
         instant rules whether due or not), over their lookback, in one transaction (rolled back and raised on
         an error). Alerts written; 0 without a scheduler."""
         if self.scheduler is None:
             return 0
         with _transaction(self.store):
-            return self.scheduler.run(self.store, now, urgent=urgent)
+            return self.scheduler.run(self.store, now, urgent=urgent, final=final)
 
     def firing_alerts(self, node: str) -> list[dict[str, Any]]:
         """The node's firing alerts (AGENT_ALERT_FIELDS), in triage order."""

@@ -42,39 +42,10 @@ LONG_FLUSH_S = {"row-remap-trend": 6 * 3600.0}
 RECORDINGS = {p.name: p for p in sorted(SCENARIOS.iterdir()) if (p / "expect.json").exists()}
 RECORDINGS["h200-gemm"] = H200
 
-# case -> what differs between the agent's judgement and the whole one today (strict xfail)
-DIFFERS: dict[str, str] = {
-    "nccl-pairwise-straggler": (
-        "the agent never raises NcclSlowNode: nccl_localize's cadence is 1 h (incremental.cadence), a new run flushes nothing at once, and the recording ends before the rule is due again after its first run at the start (no runs yet)"
-    ),
-    "straggler#0": (
-        "the agent never raises NcclSlowNode: nccl_localize's cadence is 1 h (incremental.cadence), a new run flushes nothing at once, and the recording ends before the rule is due again after its first run at the start (no runs yet)"
-    ),
-    "straggler#3": (
-        "the agent never raises NcclSlowNode: nccl_localize's cadence is 1 h (incremental.cadence), a new run flushes nothing at once, and the recording ends before the rule is due again after its first run at the start (no runs yet)"
-    ),
-    "nvlink-crc-storm+gap": (
-        "last_seen trails: the final flush (at the agent's stop) judges only the due rules, so the last minutes before the end are not judged by a rule whose cadence had not come round"
-    ),
-    "agent#0": (
-        "last_seen trails: the final flush (at the agent's stop) judges only the due rules, so the last minutes before the end are not judged by a rule whose cadence had not come round"
-    ),
-    "nvlink#0": (
-        "last_seen trails: the final flush (at the agent's stop) judges only the due rules, so the last minutes before the end are not judged by a rule whose cadence had not come round"
-    ),
-    "thermal-throttle": (
-        "the agent leaves GpuThermalSlowdown firing, the whole replay resolves it: the incident's resolution is never written (incremental.run skips incidents _settled before `since`, the last write by any rule, though this rule's own evaluation saw the resolution only now)"
-    ),
-    "thermal#0": (
-        "the agent leaves GpuThermalSlowdown firing, the whole replay resolves it: the incident's resolution is never written (incremental.run skips incidents _settled before `since`, the last write by any rule, though this rule's own evaluation saw the resolution only now)"
-    ),
-    "xid#3": (
-        "the agent never raises GpuGspTimeout: a gsp-rate-limit line is not in agent/flush.URGENT_EVENT_KINDS, so it is judged only when the rule is due (5 min), after the data ends"
-    ),
-    "xid#5": (
-        "the same XID 79 on n2 at 00:05 and 02:30: one alert whole (00:05 to 02:30), two live (00:05 resolved, 02:30 new): the agent's lookback has dropped the first XID when the second comes, so it is a new incident"
-    ),
-}
+# case -> what differs between the agent's judgement and the whole one today (strict xfail). Empty since the
+# lead's fixes: keep_firing_for measured in time, every rule judged at the agent's stop, a resolution written when
+# its own rule first sees it, GSP rate-limit lines judged at once, nccl_localize every 5 minutes.
+DIFFERS: dict[str, str] = {}
 
 Row = tuple[Any, ...]
 

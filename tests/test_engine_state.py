@@ -60,3 +60,15 @@ def test_run_observations_counts_instances() -> None:
     assert run_observations(flap, for_s=120, keep_s=0, now=100.0) == []
     still = run_observations([(0.0, True, 5.0), (60.0, True, 7.0)], for_s=30, keep_s=0, now=60.0)
     assert len(still) == 1 and still[0].state == FIRING and still[0].value == 7.0
+
+
+def test_keep_firing_for_runs_out_in_time_between_sparse_observations() -> None:
+    """Two event lines 3 h apart with keep_firing_for 1 h are two alerts: the first resolved 1 h after its line
+    cleared, the second new, even though no observation came between them (they were one alert, 0 to 3 h)."""
+    from fleettool.engine.state import run_observations
+
+    h = 3600.0
+    obs = [(0.0, True, 13.0), (1.0, False, None), (3 * h, True, 13.0), (3 * h + 1, False, None)]
+    first, second = run_observations(obs, for_s=0.0, keep_s=h, now=3 * h + 10)
+    assert (first.state, first.first_seen, first.resolved_at) == ("resolved", 0.0, 1.0 + h)
+    assert (second.state, second.first_seen) == ("firing", 3 * h)

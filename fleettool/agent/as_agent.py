@@ -175,7 +175,7 @@ def _segment(
     for now in sorted(moments):
         urgent = moments[now]
         before = sched.evaluations
-        pipe.evaluate_due(now, urgent=urgent)
+        pipe.evaluate_due(now, urgent=urgent, final=now == hi)
         run.flushes += 1
         run.urgent_flushes += urgent
         run.evaluations += sched.evaluations - before

@@ -45,8 +45,11 @@ class Agent(Protocol):
 
 
 # events judged the moment they arrive (the event rules' kinds)
+# every kind an event rule pages on is judged at once (GSP's rate-limit lines were judged only at the rule's
+# 5-minute cadence: a short recording ended, or the agent stopped, before they were judged at all)
 URGENT_EVENT_KINDS = frozenset(
-    k.value for k in (EventKind.XID, EventKind.SXID, EventKind.FELL_OFF_BUS, EventKind.GSP_TIMEOUT)
+    [k.value for k in (EventKind.XID, EventKind.SXID, EventKind.FELL_OFF_BUS, EventKind.GSP_TIMEOUT)]
+    + ["gsp-rate-limit"]
 )
 
 
@@ -100,7 +103,7 @@ def flush_buffer(ag: Agent, *, final: bool = False, urgent: bool = False) -> boo
     trouble: str | None = None
     checkpoint: str | None = None
     try:
-        trouble = _after_write(ag, pipe, store, judged_at, urgent)
+        trouble = _after_write(ag, pipe, store, judged_at, urgent, final)
         checkpoint = _checkpoint(store)
     finally:
         with contextlib.suppress(Exception):  # the checkpoint said what closing would
@@ -145,13 +148,15 @@ def _store_health(ag: Agent, trouble: str | None) -> None:
     ag.open_alerts = [alert, *others]
 
 
-def _after_write(ag: Agent, pipe: Pipeline, store: Store, now: float, urgent: bool) -> str | None:
+def _after_write(
+    ag: Agent, pipe: Pipeline, store: Store, now: float, urgent: bool, final: bool = False
+) -> str | None:
     """The rules, the export and retention after a committed write; the rules' failure, if they failed."""
     cfg = ag.cfg
     failed = None
     if ag.scheduler is not None:
         try:  # the pipeline rolls back a failed evaluation
-            pipe.evaluate_due(now, urgent=urgent)
+            pipe.evaluate_due(now, urgent=urgent, final=final)
             ag.open_alerts = pipe.firing_alerts(cfg.node)
         except Exception as e:  # a broken rule must not stop collection; it makes the agent not ready
             failed = f"rule evaluation failed: {_first_line(e)}"

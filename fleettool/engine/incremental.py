@@ -37,8 +37,10 @@ def lookback(r: Rule) -> float:
 
 
 def cadence(r: Rule) -> float:
-    if r.kind in ("trend", "nccl_localize"):
+    if r.kind == "trend":
         return 3600.0
+    if r.kind == "nccl_localize":
+        return 300.0  # one query over the runs table; an hour let a straggler found by a new run wait an hour
     if r.kind == "event":
         if holds(r):  # a lost GPU's line holds until its series come back: watched as often as they are
             return 60.0
@@ -95,26 +97,34 @@ class RuleScheduler:
             start = min([start, *(float(t) - 1.0 for t in held if t is not None)])
         return start
 
-    def run(self, store: Store, now: float, *, urgent: bool = False) -> int:
-        """Evaluate the due rules (and, `urgent`, the event and instant rules) over their lookback ending now;
-        write the alerts. Returns alerts written."""
-        due = self.due(now, urgent_too=urgent)
+    def run(self, store: Store, now: float, *, urgent: bool = False, final: bool = False) -> int:
+        """Evaluate the due rules (and, `urgent`, the event and instant rules; `final`, at the agent's stop,
+        every rule, so what it leaves in the store is judged up to its last sample) over their lookback ending
+        now; write the alerts. Returns alerts written."""
+        due = list(self.rules) if final else self.due(now, urgent_too=urgent)
         if not due:
             return 0
         windows = [(r, self.start(r, now), now) for r in due]
         skip = prefilter.quiet(store, windows) if self.prefilter else set()
         self.skipped += len(skip)
+        judged_before = dict(self.last)
         for r, start, end in windows:
             self.findings[r.alert] = [] if r.alert in skip else evaluate_rule(store, r, start, end)
             self.last[r.alert] = now
         self.evaluations += 1
         incidents = fold([f for fs in self.findings.values() for f in fs], now)
-        # an incident that had resolved by the last run was written then, whole; a later window sees only part
-        # of it (the GPU's silence, then its XID, drop out of their lookbacks) and must not rewrite it with less
-        since, self.written = self.written, now
-        return write_alerts(store, [i for i in incidents if not _settled(i, since)])
+        # an incident whose every finding had resolved when its rule last judged was written then, whole; a
+        # later window sees only part of it (the GPU's silence, then its XID, drop out of their lookbacks) and
+        # must not rewrite it with less. Each finding against its own rule's last judgement: against the last
+        # write by any rule, a resolution that happened between two judgements of its rule was never written
+        # (a thermal alert stayed firing in the agent while replay resolved it)
+        self.written = now
+        return write_alerts(store, [i for i in incidents if not _settled(i, judged_before)])
 
 
-def _settled(inc: Incident, since: float) -> bool:
-    """Every finding of the incident had resolved by `since`."""
-    return all(f.inst.resolved_at is not None and f.inst.resolved_at <= since for f in inc.findings)
+def _settled(inc: Incident, judged: dict[str, float]) -> bool:
+    """Every finding of the incident had resolved by the previous judgement of its own rule."""
+    return all(
+        f.inst.resolved_at is not None and f.inst.resolved_at <= judged.get(f.rule.alert, -1e300)
+        for f in inc.findings
+    )

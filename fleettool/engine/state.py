@@ -76,7 +76,14 @@ def run_observations(
     out: list[Instance] = []
     st = AlertState()
     for ts, active, value in obs:
-        prev = st
+        # time passes before each observation: keep_firing_for is measured in time, so an alert whose condition
+        # cleared more than keep_firing_for before this observation resolved then, and an active observation
+        # now is a new alert (sparse event lines hours apart were one alert: no inactive observation came
+        # between them to let keep_firing_for run out)
+        passed = advance(st, ts, keep_s)
+        if passed.state == RESOLVED and st.state == FIRING:
+            out.append(_inst(passed))
+        prev = st = passed
         st = step(st, active, ts, for_s, keep_s, value)
         if st.state == RESOLVED and prev.state == FIRING:
             out.append(_inst(st))
