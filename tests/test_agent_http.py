@@ -286,3 +286,14 @@ def test_a_reader_that_closes_stdout_ends_a_command_quietly_with_141() -> None:
     p.stdout.close()
     assert p.wait(timeout=60) == 141
     assert p.stderr.read() == b""
+
+
+def test_swapped_cert_and_key_are_named_as_such(tmp_path: Path, tls_files: tuple[Path, Path]) -> None:
+    crt, key = tls_files
+    cfg = tmp_path / "web.yml"
+    cfg.write_text(f"tls_server_config:\n  cert_file: {key}\n  key_file: {crt}\n")
+    r = run_cli(
+        "agent", "--db", str(tmp_path / "a.duckdb"), "--web-config-file", str(cfg), *FAKE, "--duration", "1s"
+    )
+    assert r.returncode == 3, r.stderr
+    assert f"{cfg}:2: cert_file: {key} is not a PEM certificate" in r.stderr

@@ -49,3 +49,11 @@ def test_replay_down_drops_the_span_and_needs_as_agent(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--down needs --as-agent" in bad.stderr
     bad = run_cli("replay", src, "--db", str(tmp_path / "x.duckdb"), "--as-agent", "--down", "20m")
     assert bad.returncode == 2 and "--down" in bad.stderr and "FROM+DURATION" in bad.stderr
+
+
+def test_as_agent_says_how_it_judged_and_a_down_past_the_end_is_named(tmp_path: Path) -> None:
+    src = str(SCENARIOS / "gpu-fell-off-bus")
+    r = run_cli("replay", src, "--db", str(tmp_path / "a.duckdb"), "--as-agent", "--down", "5h+30m")
+    assert r.returncode == 0, r.stderr
+    assert "judged as the agent:" in r.stderr and "flushes" in r.stderr
+    assert "--down 5.0h+30m starts after the recording ends" in r.stderr, r.stderr

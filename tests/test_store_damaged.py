@@ -200,3 +200,12 @@ def test_an_agent_started_on_a_damaged_store_says_so_with_exit_9(
     assert r.returncode == DAMAGED, r.stderr
     (line,) = r.stderr.strip().splitlines()
     assert str(p) in line and "store salvage" in line
+
+
+def test_salvage_of_a_healthy_store_renames_nothing(healthy: Path, tmp_path: Path) -> None:
+    p = _copy(healthy, tmp_path, "fine.duckdb")
+    before = sorted(x.name for x in tmp_path.iterdir())
+    r = run_cli("store", "salvage", "--db", str(p))
+    assert r.returncode == 0, r.stderr
+    assert "healthy" in r.stdout and "nothing to salvage" in r.stdout
+    assert sorted(x.name for x in tmp_path.iterdir()) == before  # no .damaged-<time>, no fresh store

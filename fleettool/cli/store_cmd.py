@@ -125,7 +125,10 @@ def salvage_cmd(
         why = "already exists" if out.exists() else f"is in a directory that does not exist ({out.parent})"
         raise typer.BadParameter(f"{out} {why}: salvage writes a new store", param_hint="--out")
     try:
-        check(db)  # the file is not locked by a running agent (StoreLocked) before it is renamed
+        first = check(db)  # the file is not locked by a running agent (StoreLocked) before it is renamed
+        if first.error is None and all(t.ok for t in first.tables):
+            print(f"{db}: healthy: every table reads whole; nothing to salvage (nothing renamed or written)")
+            return
         res = salvage(db, out)
     except StoreError as e:
         raise store_exit(e) from None

@@ -119,10 +119,22 @@ def _tls(path: Path, node: yaml.Node) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     cert = _file(base, path, "cert_file", items["cert_file"][1])
     key = _file(base, path, "key_file", items["key_file"][1])
+    for what, p, marker, node in (
+        ("cert_file", cert, b"-----BEGIN CERTIFICATE", items["cert_file"][1]),
+        ("key_file", key, b"PRIVATE KEY-----", items["key_file"][1]),
+    ):
+        try:
+            head = p.read_bytes()[:65536]
+        except OSError as e:
+            raise WebConfigError(f"{_where(path, node)}: {what}: {p}: {e.strerror or e}") from None
+        if marker not in head:
+            want = "a PEM certificate" if what == "cert_file" else "a PEM private key"
+            raise WebConfigError(f"{_where(path, node)}: {what}: {p} is not {want} (swapped with the other?)")
     try:
         ctx.load_cert_chain(cert, key)
     except (ssl.SSLError, OSError) as e:
-        raise WebConfigError(f"{_where(path, items['cert_file'][1])}: {cert} and {key}: {e}") from None
+        why = "the key does not match the certificate" if "KEY_VALUES_MISMATCH" in str(e) else str(e)
+        raise WebConfigError(f"{_where(path, items['cert_file'][1])}: {cert} and {key}: {why}") from None
     for bound in ("min_version", "max_version"):
         if bound in items:
             v = _scalar(path, bound, items[bound][1])
