@@ -111,6 +111,7 @@ def _wait_rows(db: Path, sql: str, minimum: int, timeout: float = 30) -> int:
 
 def test_sigterm_flushes_and_readers_read_while_it_runs(tmp_path: Path) -> None:
     db = tmp_path / "a.duckdb"
+    port = free_port()  # a fixed port failed the test whenever anything else on the machine held it
     p = _start(
         "--db",
         str(db),
@@ -127,13 +128,13 @@ def test_sigterm_flushes_and_readers_read_while_it_runs(tmp_path: Path) -> None:
         "--node",
         "gpu-17",
         "--metrics-port",
-        "19402",
+        str(port),
         "--metrics-addr",
         "127.0.0.1",
     )
     try:
         assert _wait_rows(db, "SELECT count(*) FROM samples", 20) >= 20  # a reader between flushes
-        body = urllib.request.urlopen("http://127.0.0.1:19402/metrics", timeout=5).read().decode()
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         power = (
             'fleettool_power_watts{DCGM_FI_DRIVER_VERSION="580.159.04",Hostname="gpu-17",'
             'UUID="GPU-fa4e0000-0000-4000-8000-000000000001",device="nvidia1",gpu="1",modelName="NVIDIA H200",'

@@ -7,6 +7,7 @@ Each test drives a real `fleettool agent` process (fake GPUs) or the real server
 from __future__ import annotations
 
 import base64
+import os
 import shutil
 import socket
 import ssl
@@ -280,10 +281,11 @@ def test_a_reader_that_closes_stdout_ends_a_command_quietly_with_141() -> None:
     """`fleettool rules list | head -1`: status 141 as SIGPIPE gives any Unix tool, nothing on stderr, and not
     click's exit 1 ("found a failure"), now that SIGPIPE itself stays ignored."""
     exe = Path(sys.executable).parent / "fleettool"
-    p = subprocess.Popen([str(exe), "rules", "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert p.stdout is not None and p.stderr is not None
-    p.stdout.read(10)
-    p.stdout.close()
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader has gone before the first write (its output would fit a pipe's buffer)
+    p = subprocess.Popen([str(exe), "rules", "list"], stdout=write_end, stderr=subprocess.PIPE)
+    os.close(write_end)
+    assert p.stderr is not None
     assert p.wait(timeout=60) == 141
     assert p.stderr.read() == b""
 
