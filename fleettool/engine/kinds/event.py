@@ -13,6 +13,7 @@ escalated when it recurs across reboots or bursts; an SXID by its fatal/nonfatal
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -102,6 +103,8 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
         lst.append((t + 1.0, False, None))
     if held:
         _hold(store, res, held, start, end)
+    if "xid" in kinds and r.p("use_xid_policy", True):
+        _history(store, res, params.get("codes"), start)
     for obs in res.obs.values():
         obs.sort(key=lambda o: (o[0], not o[1]))
     return res
@@ -141,6 +144,37 @@ def _hold(
             res.extra[ent]["held"] = hows[-1]
 
 
+HISTORY_S = 30 * 86400.0  # how far back a repeat policy looks before the judged window (reboots, bursts)
+
+
+@functools.cache
+def repeat_codes() -> tuple[int, ...]:
+    """The XID codes whose policy escalates repeats (judged by code alone)."""
+    return tuple(c for c in sorted(catalog()) if judge(c).repeat is not None)
+
+
+def _history(store: Store, res: KindResult, codes: list[int] | None, start: float) -> None:
+    """The lines of codes with a repeat policy in the HISTORY_S before the window, per entity, so a repeat is
+    judged with its history whatever the window: the agent's trailing lookback (70 min for XIDs) never saw
+    the earlier bursts or boots, replay's whole range did."""
+    want = [c for c in repeat_codes() if not codes or c in codes]
+    if not want:
+        return
+    rows = read(
+        store,
+        "SELECT ts, node, gpu, pci_bus_id, code FROM events WHERE kind = 'xid' AND code IN (SELECT unnest($codes)) "
+        "AND ts >= $lo AND ts < $start ORDER BY node, gpu, ts",
+        {"codes": want, "lo": ts_param(start - HISTORY_S), "start": ts_param(start)},
+    )
+    for row in rows:
+        key = f"xid:{row['code']}"
+        if row["gpu"] is None and row["pci_bus_id"]:
+            key += f"@{row['pci_bus_id']}"
+        ent = (row["node"], row["gpu"], key)
+        if ent in res.obs:  # only the entities judged now need their past
+            res.extra[ent].setdefault("history", []).append({"ts": epoch(row["ts"]), "code": row["code"]})
+
+
 def refine(r: RuleLike, first_seen: float, last_seen: float, extra: dict[str, Any], v: Verdict) -> None:
     """The finding's lines as evidence; its severity, category, action and incident from its last line."""
     evs = [e for e in extra.get("events", []) if first_seen - 1 <= e["ts"] <= last_seen + 1]
@@ -156,7 +190,9 @@ def refine(r: RuleLike, first_seen: float, last_seen: float, extra: dict[str, An
         v.summary_kw["name"] = j.name
         v.evidence["judgement"] = j.reason
         v.incident = INCIDENT_OF_CATEGORY.get(j.category.value, "xid")
-        esc = _escalation(j, extra.get("events", []), extra.get("boots", []))
+        # repeats up to this finding's last line, never after it (a whole replay's range holds the future too)
+        past = [e for e in [*extra.get("history", []), *extra.get("events", [])] if e["ts"] <= last_seen + 1]
+        esc = _escalation(j, past, extra.get("boots", []))
         if esc is not None:
             v.severity, v.action, why = esc
             v.evidence["escalated"] = why
