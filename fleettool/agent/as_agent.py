@@ -84,11 +84,11 @@ def down_spans(start: float, end: float, downs: Sequence[tuple[float, float]]) -
     return spans
 
 
-def _urgent_events(store: Store, lo: float, hi: float) -> list[float]:
-    """Times of the events the agent flushes at once for, with lo <= ts <= hi."""
+def _urgent_events(store: Store, kinds: frozenset[str], lo: float, hi: float) -> list[float]:
+    """Times of the events of `kinds` (those the agent flushes at once for), with lo <= ts <= hi."""
     rows = store.query(
         "SELECT DISTINCT ts FROM events WHERE kind IN (SELECT unnest(?)) AND ts >= ? AND ts <= ? ORDER BY ts",
-        [sorted(URGENT_EVENT_KINDS), db_time(lo), db_time(hi)],
+        [sorted(kinds), db_time(lo), db_time(hi)],
     )
     return [_epoch(r["ts"]) for r in rows]
 
@@ -162,6 +162,7 @@ def _segment(
     (`down_since`: when the agent went down before this start, None for the first start)."""
     sched = RuleScheduler(list(rules))
     pipe = Pipeline(store, scheduler=sched)
+    urgent_kinds = URGENT_EVENT_KINDS | sched.event_kinds()
     moments: dict[float, bool] = {}  # flush time -> urgent
     k = 0
     while lo + k * flush_s < hi:
@@ -169,8 +170,10 @@ def _segment(
         k += 1
     moments[hi] = False  # the final flush when the agent stops
     if down_since is not None:  # the kernel log's backlog of the downtime, read at the start: flushed at once
-        moments[lo] = bool(_urgent_events(store, down_since, lo))
-    for t in _urgent_events(store, lo, hi) + _metric_changes(store, sched.instant_metrics(), lo, hi):
+        moments[lo] = bool(_urgent_events(store, urgent_kinds, down_since, lo))
+    for t in _urgent_events(store, urgent_kinds, lo, hi) + _metric_changes(
+        store, sched.instant_metrics(), lo, hi
+    ):
         moments[t] = True
     for now in sorted(moments):
         urgent = moments[now]

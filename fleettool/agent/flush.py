@@ -45,11 +45,10 @@ class Agent(Protocol):
 
 
 # events judged the moment they arrive (the event rules' kinds)
-# every kind an event rule pages on is judged at once (GSP's rate-limit lines were judged only at the rule's
-# 5-minute cadence: a short recording ended, or the agent stopped, before they were judged at all)
+# flushed at once whatever the rules (the line must reach the store); the kinds the event rules read are added
+# (RuleScheduler.event_kinds: GSP's rate-limit lines waited for the rule's 5-minute cadence)
 URGENT_EVENT_KINDS = frozenset(
-    [k.value for k in (EventKind.XID, EventKind.SXID, EventKind.FELL_OFF_BUS, EventKind.GSP_TIMEOUT)]
-    + ["gsp-rate-limit"]
+    k.value for k in (EventKind.XID, EventKind.SXID, EventKind.FELL_OFF_BUS, EventKind.GSP_TIMEOUT)
 )
 
 

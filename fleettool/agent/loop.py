@@ -80,6 +80,9 @@ class Agent:
             False  # an event or an instant-rule metric changed: flush and judge now, not at the timer
         )
         self._watched = scheduler.instant_metrics() if scheduler is not None else frozenset()
+        self._urgent_kinds = URGENT_EVENT_KINDS | (
+            scheduler.event_kinds() if scheduler is not None else frozenset()
+        )
         self.buf = Buffer()
         self.stats = AgentStats()
         self.latest: dict[tuple[str, int | None, str | None, str], float] = {}
@@ -326,7 +329,7 @@ class Agent:
         for e in c.events:
             key = (e.kind, e.code)
             self.event_counts[key] = self.event_counts.get(key, 0) + 1
-            if e.kind in URGENT_EVENT_KINDS:
+            if e.kind in self._urgent_kinds:
                 self._urgent = True
         if self.sink is not None:
             self.sink(c)

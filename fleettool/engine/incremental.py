@@ -81,6 +81,10 @@ class RuleScheduler:
                 out.append(r)
         return out
 
+    def event_kinds(self) -> frozenset[str]:
+        """The event kinds the event rules read: one arriving makes the agent flush and judge at once."""
+        return frozenset(str(k) for r in self.rules if r.kind == "event" for k in (r.p("events") or ["xid"]))
+
     def instant_metrics(self) -> frozenset[str]:
         """The metrics of the instant rules: a change of one of them makes the agent flush and judge at once."""
         return frozenset(str(r.p("metric")) for r in self.rules if urgent(r) and r.p("metric", None))
