@@ -17,11 +17,28 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from fleettool.formats import nvidia_smi_paste as paste
 from fleettool.formats.errors import ParseIssue
 from fleettool.model import normalize_pci_bus_id
 
 _RE_KV = re.compile(r"^(\s*)(.+?)\s*:\s?(.*)$")
 _RE_NUM = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
+# what nvidia-smi writes where NVML gave no value: absent, not an unreadable value
+NO_VALUE = frozenset(
+    {
+        "",
+        "N/A",
+        "[N/A]",
+        "Unknown Error",
+        "[Unknown Error]",
+        "Not Supported",
+        "[Not Supported]",
+        "Not Available",
+        "Insufficient Permissions",
+        "[Insufficient Permissions]",
+        "Requested functionality has been deprecated",
+    }
+)
 
 
 @dataclass
@@ -29,13 +46,19 @@ class SmiGpu:
     index: int | None
     pci_bus_id: str | None
     values: dict[str, str] = field(default_factory=dict)  # normalised path -> raw value
+    lines: dict[str, int] = field(default_factory=dict)  # normalised path -> its line in the file
 
-    def get(self, *paths: str) -> str | None:
+    def find(self, *paths: str) -> tuple[str, str] | None:
+        """The first of `paths` with a value (not one of nvidia-smi's words for none), and the value."""
         for p in paths:
             v = self.values.get(p)
-            if v is not None and v.strip() not in ("N/A", "", "[N/A]", "Unknown Error", "[Unknown Error]"):
-                return v.strip()
+            if v is not None and v.strip() not in NO_VALUE:
+                return p, v.strip()
         return None
+
+    def get(self, *paths: str) -> str | None:
+        hit = self.find(*paths)
+        return hit[1] if hit else None
 
 
 @dataclass
@@ -45,10 +68,10 @@ class SmiReport:
     cuda: str | None
     gpus: list[SmiGpu]
     issues: list[ParseIssue]
+    host: str | None = None  # from a pasted prompt line (`user@host:~$ nvidia-smi ...`)
 
 
-def _norm(key: str) -> str:
-    return re.sub(r"[^a-z0-9.]+", "_", key.strip().lower()).strip("_")
+_norm = paste.norm_key
 
 
 def _smi_time(s: str | None) -> float | None:
@@ -62,50 +85,69 @@ def _smi_time(s: str | None) -> float | None:
 
 
 def parse_text(lines: Iterable[str], *, path: str = "<input>") -> SmiReport:
+    """`nvidia-smi -q` text, whole or as pasted (formats.nvidia_smi_paste): a prompt line names the host and the
+    GPU index (`-i 1`), a `-d` section may stand alone, fences, comments, elisions and annotations are read past."""
     gpus: list[SmiGpu] = []
     issues: list[ParseIssue] = []
     head: dict[str, str] = {}
+    head_line: dict[str, int] = {}
     cur: SmiGpu | None = None
     stack: list[tuple[int, str]] = []  # (indent, normalised key)
-    for _lineno, raw in enumerate(lines, 1):
+    host: str | None = None
+    asked: list[int] = []  # the GPU indices the last prompt line asked for (-i), in order
+    base: int | None = None  # the indentation of the dump's first line: a paste indented as a whole
+    for lineno, raw in enumerate(lines, 1):
         line = raw.rstrip("\r\n").expandtabs(4)
+        if not line.strip() or paste.is_fence(line) or paste.is_elision(line):
+            continue
+        p = paste.prompt(line)
+        if p is not None:  # another command's output begins: another GPU's, or this one's other sections
+            host = p.host or host
+            asked = list(p.gpus)
+            cur, stack, base = None, [], None
+            continue
         if line.lstrip().startswith(("#", "===")):
             if cur is not None and cur.pci_bus_id is None:
                 cur = None  # a separator between excerpts: the next lines are another GPU
             continue
-        if not line.strip():
-            continue
         indent = len(line) - len(line.lstrip(" "))
-        if indent == 0 and line.startswith("GPU ") and _looks_like_gpu(line):
-            cur = SmiGpu(len(gpus), normalize_pci_bus_id(line[4:].strip()))
+        if base is None:
+            base = indent
+        indent = max(0, indent - base)
+        pci = paste.gpu_header(line)
+        if pci is not None:
+            cur = SmiGpu(_next_index(gpus, asked), normalize_pci_bus_id(pci))
             gpus.append(cur)
             stack = []
             continue
         m = _RE_KV.match(line)
         if m:
-            key, val = _norm(m.group(2)), m.group(3)
+            key, val = _norm(m.group(2)), paste.strip_annotation(m.group(3))
         else:
-            key, val = _norm(line), None
+            key, val = _norm(paste.strip_annotation(line)), None
         if indent == 0 and cur is None and m:
             head[key] = val or ""
+            head_line[key] = lineno
             continue
         if cur is None:  # an excerpt without the GPU header line
-            cur = SmiGpu(None, None)
+            cur = SmiGpu(_next_index(gpus, asked), None)
             gpus.append(cur)
         while stack and stack[-1][0] >= indent:
             stack.pop()
         full = "/".join([k for _, k in stack] + [key])
         if val is not None:
             cur.values[full] = val
+            cur.lines[full] = lineno
         stack.append((indent, key))
-    return SmiReport(
-        _smi_time(head.get("timestamp")), head.get("driver_version"), head.get("cuda_version"), gpus, issues
-    )
+    ts = _smi_time(head.get("timestamp"))
+    if ts is None and head.get("timestamp", "").strip() not in ("", "N/A"):
+        issues.append(ParseIssue(path, head_line["timestamp"], f"Timestamp not read: {head['timestamp']!r}"))
+    return SmiReport(ts, head.get("driver_version"), head.get("cuda_version"), gpus, issues, host)
 
 
-def _looks_like_gpu(line: str) -> bool:
-    rest = line[4:].strip()
-    return bool(re.match(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(\.\d)?$", rest))
+def _next_index(gpus: list[SmiGpu], asked: list[int]) -> int:
+    """The index of the next GPU block: the next one the prompt's `-i` asked for, else its ordinal."""
+    return asked.pop(0) if asked else len(gpus)
 
 
 def parse_xml(text: str, *, path: str = "<input>") -> SmiReport:
@@ -272,27 +314,39 @@ def _value(metric: str, raw: str) -> float | None:
     return v
 
 
-def gpu_samples(g: SmiGpu) -> dict[str, float]:
-    """One GPU's values -> canonical metric -> value (what the dump shows; absent when N/A)."""
+def gpu_samples(g: SmiGpu, issues: list[ParseIssue] | None = None, path: str = "<input>") -> dict[str, float]:
+    """One GPU's values -> canonical metric -> value (what the dump shows; absent when N/A). A value present but
+    not readable (`Pending : Yes?`) is no sample, and, given `issues`, one `path:line` issue naming it."""
     out: dict[str, float] = {}
+
+    def unread(key: str, raw: str, metric: str) -> None:
+        if issues is not None:
+            where = g.pci_bus_id or f"index {g.index}"
+            msg = f"GPU {where}: {key} = {raw!r} is not a value fleettool reads; no {metric} stored"
+            issues.append(ParseIssue(path, g.lines.get(key, 0), msg))
+
     for metric, paths in _PATHS.items():
-        raw = g.get(*paths)
-        if raw is None:
+        hit = g.find(*paths)
+        if hit is None:
             continue
-        v = _value(metric, raw)
+        v = _value(metric, hit[1])
         if v is not None:
             out[metric] = v
+        else:
+            unread(hit[0], hit[1], metric)
     for half, suffix in (("volatile", "volatile"), ("aggregate", "aggregate")):
         for kind, keys in _ECC_KEYS.items():
             total = None
             for k in keys:
-                for root in ("ecc_errors",):
-                    raw = g.get(f"{root}/{half}/{k}")
-                    if raw is None:
-                        continue
-                    v = _value("x", raw)
-                    if v is not None:
-                        total = (total or 0.0) + v
+                key = f"ecc_errors/{half}/{k}"
+                raw = g.get(key)
+                if raw is None:
+                    continue
+                v = _value("x", raw)
+                if v is not None:
+                    total = (total or 0.0) + v
+                else:
+                    unread(key, raw, f"ecc_{kind}_{suffix}")
                 if k.endswith("/total") and total is not None:
                     break  # Volta's tree gives a total; do not add its parts again
             if total is not None:
@@ -300,16 +354,20 @@ def gpu_samples(g: SmiGpu) -> dict[str, float]:
     mask = None
     for section in ("clocks_event_reasons", "clocks_throttle_reasons"):
         for key, bit in _REASONS.items():
-            raw = g.get(
+            hit = g.find(
                 f"{section}/{key}",
                 f"{section}/clocks_event_reason_{key}",
                 f"{section}/clocks_throttle_reason_{key}",
                 f"{section}/hw_slowdown/{key}",
             )
-            if raw is None:
+            if hit is None:
+                continue
+            state = hit[1].lower()
+            if state not in ("active", "not active"):
+                unread(hit[0], hit[1], "clock_event_reasons")
                 continue
             mask = mask or 0
-            if raw.lower() == "active":
+            if state == "active":
                 mask |= bit
     if mask is not None:
         out["clock_event_reasons"] = float(mask)

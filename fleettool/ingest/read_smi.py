@@ -1,5 +1,6 @@
-"""Read an nvidia-smi dump (-q text, or -q -x XML, made whole when cut short) into the store: one sample per
-reading per GPU at the report's time, and the GPU inventory."""
+"""Read an nvidia-smi dump (-q text, whole or as pasted, or -q -x XML, made whole when cut short) into the store:
+one sample per reading per GPU at the report's time, and the GPU inventory. The node is the host of a pasted
+prompt line (`user@host:~$ nvidia-smi ...`), else --node; a value that cannot be read is a `file:line` issue."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from fleettool.store import Store
 
 def _store_smi(store: Store, path: Path, opts: IngestOptions, rep: FileReport, report: SmiReport) -> None:
     rep.issues.extend(report.issues)
-    node = opts.node or "unknown"
+    node = report.host or opts.node or "unknown"
     if report.timestamp is not None:
         ts = report.timestamp
         rep.time_source = "the report's Timestamp (the capturing host's local time read as UTC)"
@@ -27,9 +28,10 @@ def _store_smi(store: Store, path: Path, opts: IngestOptions, rep: FileReport, r
         ident = gpu_identity(g)
         minor = ident.get("minor")
         gpu = int(minor) if minor and minor.isdigit() else g.index
-        if ident["uuid"] is None and not gpu_samples(g):
+        values = gpu_samples(g, rep.issues, str(path))
+        if ident["uuid"] is None and not values:
             continue
-        for metric, value in gpu_samples(g).items():
+        for metric, value in values.items():
             samples.append(Sample(ts, node, gpu, ident["uuid"], metric, value))
         infos.append(
             GpuInfo(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from fleettool.formats.fleettool_events import EVENT_KEYS_REQUIRED
 from fleettool.formats.kmsg_prefix import LINE_SHAPES
+from fleettool.formats.nvidia_smi_paste import sniff as sniff_smi_paste
 from fleettool.formats.openmetrics import decide_millis
 from fleettool.recording.files import GZIP_MAGIC, HEAD, read_head
 
@@ -113,6 +114,9 @@ def identify_bytes(raw: bytes) -> Identity:
         return Identity("nvidia-smi-text", "nvidia-smi -q")
     if re.search(r"^\|\s*NVIDIA-SMI \d", head, re.M):
         return Identity("unknown", why="nvidia-smi's table view (save nvidia-smi -q or -q -x instead)")
+    smi_paste = sniff_smi_paste(head.splitlines()[:400])  # -q as pasted: a prompt line, a lone -d section
+    if smi_paste is not None:
+        return Identity("nvidia-smi-text", smi_paste)
     if stripped.startswith("{"):
         hit = _identify_json(stripped)
         if hit is not None:
