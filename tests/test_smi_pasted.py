@@ -87,6 +87,8 @@ def test_each_pasted_shape_replays_to_its_samples_and_alert(tmp_path: Path, name
     db, out = _replay(tmp_path, P / name)
     (f,) = out["files"]
     assert (f["format"], f["status"], f["issues"], f["nodes"]) == ("nvidia-smi-text", "read", 0, [node]), f
+    if node != "given-node":  # the file's own host wins over --node, and the replay says so
+        assert f"the prompt line names host {node}: stored as {node}, not --node given-node" in f["notes"]
     with Store(db) as s:
         rows = s.query("SELECT node, gpu, metric, value FROM samples")
         gpus = s.query("SELECT node, gpu, pci_bus_id FROM gpus")

@@ -16,6 +16,10 @@ from fleettool.store import Store
 def _store_smi(store: Store, path: Path, opts: IngestOptions, rep: FileReport, report: SmiReport) -> None:
     rep.issues.extend(report.issues)
     node = report.host or opts.node or "unknown"
+    if report.host and opts.node and opts.node != report.host:
+        rep.notes.append(
+            f"the prompt line names host {report.host}: stored as {report.host}, not --node {opts.node}"
+        )
     if report.timestamp is not None:
         ts = report.timestamp
         rep.time_source = "the report's Timestamp (the capturing host's local time read as UTC)"
