@@ -21,7 +21,6 @@ from fleettool.formats import nvidia_smi_paste as paste
 from fleettool.formats.errors import ParseIssue
 from fleettool.model import normalize_pci_bus_id
 
-_RE_KV = re.compile(r"^(\s*)(.+?)\s*:\s?(.*)$")
 _RE_NUM = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
 # what nvidia-smi writes where NVML gave no value: absent, not an unreadable value
 NO_VALUE = frozenset(
@@ -120,12 +119,12 @@ def parse_text(lines: Iterable[str], *, path: str = "<input>") -> SmiReport:
             gpus.append(cur)
             stack = []
             continue
-        m = _RE_KV.match(line)
-        if m:
-            key, val = _norm(m.group(2)), paste.strip_annotation(m.group(3))
+        kv = _split_kv(line)
+        if kv:
+            key, val = _norm(kv[0]), paste.strip_annotation(kv[1])
         else:
             key, val = _norm(paste.strip_annotation(line)), None
-        if indent == 0 and cur is None and m:
+        if indent == 0 and cur is None and kv:
             head[key] = val or ""
             head_line[key] = lineno
             continue
@@ -143,6 +142,16 @@ def parse_text(lines: Iterable[str], *, path: str = "<input>") -> SmiReport:
     if ts is None and head.get("timestamp", "").strip() not in ("", "N/A"):
         issues.append(ParseIssue(path, head_line["timestamp"], f"Timestamp not read: {head['timestamp']!r}"))
     return SmiReport(ts, head.get("driver_version"), head.get("cuda_version"), gpus, issues, host)
+
+
+def _split_kv(line: str) -> tuple[str, str] | None:
+    """`Key   : value` at the first colon (by search, not a regex: a long line without one stays linear)."""
+    at = line.find(":")
+    key = line[:at].strip() if at > 0 else ""
+    if not key:
+        return None
+    val = line[at + 1 :]
+    return key, val[1:] if val.startswith(" ") else val
 
 
 def _next_index(gpus: list[SmiGpu], asked: list[int]) -> int:

@@ -25,9 +25,10 @@ _RE_PROMPT = re.compile(
     r"\s*(?:sudo\s+(?:-\S+\s+)*)?nvidia-smi(?:\.exe)?(?P<args>(?:\s.*)?)$"
 )
 # an annotation after a value: `<===`, `<--`, `<-`, `# comment`, `// comment`
-_RE_ANNOTATION = re.compile(r"\s+(?:<[=-]+|#\s|//\s|#$|←).*$")
+_RE_ANNOTATION = re.compile(r"(?<!\s)\s+(?:<[=-]+|#\s|//\s|#$|←).*$")
 _RE_GPU_HEADER = re.compile(r"^\s*GPU\s+([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\s*$")
-_RE_KV = re.compile(r"^\s*[A-Za-z][\w .()/+\-]*?\s+:(?:\s.*)?$")  # nvidia-smi pads each key before its colon
+# `Key   : value`: nvidia-smi pads each key before its colon (words one space apart: linear, no backtracking)
+_RE_KV = re.compile(r"^\s*[A-Za-z][\w.()/+\-]*(?: [\w.()/+\-]+)*\s+:(?:\s.*)?$")
 _RE_SECTION = re.compile(r"^\s*[A-Z][\w.()/+\-]*(?: [\w.()/+\-]+){0,5}\s*$")
 BANNER = "==============NVSMI LOG=============="
 
