@@ -202,3 +202,24 @@ def test_a_write_up_around_a_paste_stays_documentation() -> None:
     paste = (P / "excerpt-elided-no-banner.txt").read_text().splitlines()
     assert sniff(paste) is not None
     assert sniff(prose[:6] + paste + prose) is None
+
+
+def test_xml_pasted_after_a_prompt_line_in_a_fence(tmp_path: Path) -> None:
+    """`-q -x` pasted as people paste it (the real H200 dump, after a prompt line, inside a fence): the document is
+    read, the node is the prompt's host; it was one malformed line and nothing stored."""
+    xml = (FIXTURES / "samples" / "h200-recording" / "nvidia-smi-q.xml").read_text()
+    paste = tmp_path / "wrapped"
+    paste.write_text("```console\nroot@h200-node:~# nvidia-smi -q -x\n" + xml + "```\n")
+    db, out = _replay(tmp_path, paste)
+    (f,) = out["files"]
+    assert (f["format"], f["status"], f["issues"], f["nodes"]) == (
+        "nvidia-smi-xml",
+        "read",
+        0,
+        ["h200-node"],
+    ), f
+    with Store(db) as s:
+        assert s.query("SELECT node, gpu, model FROM gpus") == [
+            {"node": "h200-node", "gpu": 0, "model": "NVIDIA H200"}
+        ]
+        assert s.scalar("SELECT count(*) FROM samples WHERE node = 'h200-node'") == 30

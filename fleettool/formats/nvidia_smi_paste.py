@@ -168,3 +168,19 @@ def sniff(lines: list[str]) -> str | None:
     if not any(BANNER in ln for ln in content):
         marks.append("no banner")
     return "nvidia-smi -q (pasted: " + ", ".join(marks) + ")" if marks else "nvidia-smi -q"
+
+
+def xml_document(text: str) -> tuple[str, int, Prompt | None]:
+    """The `nvidia-smi -q -x` document inside pasted text (a prompt line and a fence around it): the text from
+    `<?xml` (or `<nvidia_smi_log`) to `</nvidia_smi_log>`, how many lines come before it, and the prompt line
+    among them. Text that is the document alone comes back as it is."""
+    root = text.find("<nvidia_smi_log")
+    decl = text.rfind("<?xml", 0, root) if root >= 0 else text.find("<?xml")
+    start = decl if decl >= 0 else max(root, 0)
+    close = text.rfind("</nvidia_smi_log>")
+    end = close + len("</nvidia_smi_log>") if close > start else len(text)
+    before = text[:start]
+    said = None
+    for ln in before.splitlines():
+        said = prompt(ln) or said
+    return text[start:end], before.count("\n"), said

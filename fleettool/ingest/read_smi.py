@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fleettool.formats.errors import ParseIssue
 from fleettool.formats.nvidia_smi import SmiReport, gpu_identity, gpu_samples, parse_text, parse_xml
+from fleettool.formats.nvidia_smi_paste import xml_document
 from fleettool.ingest.report import FileReport, IngestOptions, outside_time
 from fleettool.model import GpuInfo, Sample
 from fleettool.recording.files import complete_xml, iter_lines, read_text
@@ -56,7 +58,11 @@ def read_smi_text(store: Store, path: Path, opts: IngestOptions, rep: FileReport
 
 
 def read_smi_xml(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
-    text, cut = complete_xml(read_text(path))
+    doc, skipped, said = xml_document(read_text(path))  # pasted: the prompt line and fences around it
+    text, cut = complete_xml(doc)
     if cut:
         rep.partial.append(cut)
-    _store_smi(store, path, opts, rep, parse_xml(text, path=str(path)))
+    report = parse_xml(text, path=str(path))
+    report.host = said.host if said else None
+    report.issues = [ParseIssue(i.path, i.line + skipped, i.message) for i in report.issues]
+    _store_smi(store, path, opts, rep, report)
