@@ -107,6 +107,10 @@ def test_the_silent_miss_fires_and_ecc_unknown_error_is_no_value(tmp_path: Path)
     and the `Unknown Error` / `N/A` values beside it are nvidia-smi's words for no value, not unreadable ones."""
     db, out = _replay(tmp_path, P / "annotated-ecc-row-remapper.txt")
     assert out["gpus"][0]["findings"] == ["remap_pending"] and out["files"][0]["first_issue"] is None
+    assert out["files"][0]["notes"] == [
+        f"GPU {normalize_pci_bus_id('00000000:52:00.0')}: nvidia-smi printed Unknown Error for ecc_mode/current, ecc_mode/pending"
+        " (NVML could not read them; nothing stored for them)"
+    ]
     with Store(db) as s:
         metrics = {r["metric"] for r in s.query("SELECT metric FROM samples")}
     assert not {m for m in metrics if m.startswith("ecc_")}  # ECC Mode: Unknown Error, every counter N/A

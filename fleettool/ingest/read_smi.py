@@ -35,6 +35,13 @@ def _store_smi(store: Store, path: Path, opts: IngestOptions, rep: FileReport, r
         minor = ident.get("minor")
         gpu = int(minor) if minor and minor.isdigit() else g.index
         values = gpu_samples(g, rep.issues, str(path))
+        failed = [k for k, v in g.values.items() if v.strip().strip("[]") == "Unknown Error"]
+        if failed:  # nvidia-smi's own word that NVML failed to read them: not a value, but not nothing either
+            where = g.pci_bus_id or f"index {g.index}"
+            rep.notes.append(
+                f"GPU {where}: nvidia-smi printed Unknown Error for {', '.join(failed)} (NVML could not read them;"
+                " nothing stored for them)"
+            )
         if ident["uuid"] is None and not values:
             continue
         for metric, value in values.items():
