@@ -22,22 +22,9 @@ from fleettool.formats.errors import ParseIssue
 from fleettool.model import normalize_pci_bus_id
 
 _RE_NUM = re.compile(r"^\s*(-?\d+(?:\.\d+)?)")
-# what nvidia-smi writes where NVML gave no value: absent, not an unreadable value
-NO_VALUE = frozenset(
-    {
-        "",
-        "N/A",
-        "[N/A]",
-        "Unknown Error",
-        "[Unknown Error]",
-        "Not Supported",
-        "[Not Supported]",
-        "Not Available",
-        "Insufficient Permissions",
-        "[Insufficient Permissions]",
-        "Requested functionality has been deprecated",
-    }
-)
+# what nvidia-smi writes where NVML gave no value (bare or in brackets): absent, not an unreadable value
+_NONE = ("N/A", "Unknown Error", "Not Supported", "Insufficient Permissions", "Not Available")
+NO_VALUE = frozenset(("", "Requested functionality has been deprecated", *_NONE, *(f"[{w}]" for w in _NONE)))
 
 
 @dataclass
@@ -119,7 +106,7 @@ def parse_text(lines: Iterable[str], *, path: str = "<input>") -> SmiReport:
             gpus.append(cur)
             stack = []
             continue
-        kv = _split_kv(line)
+        kv = paste.split_kv(line)
         if kv:
             key, val = _norm(kv[0]), paste.strip_annotation(kv[1])
         else:
@@ -142,16 +129,6 @@ def parse_text(lines: Iterable[str], *, path: str = "<input>") -> SmiReport:
     if ts is None and head.get("timestamp", "").strip() not in ("", "N/A"):
         issues.append(ParseIssue(path, head_line["timestamp"], f"Timestamp not read: {head['timestamp']!r}"))
     return SmiReport(ts, head.get("driver_version"), head.get("cuda_version"), gpus, issues, host)
-
-
-def _split_kv(line: str) -> tuple[str, str] | None:
-    """`Key   : value` at the first colon (by search, not a regex: a long line without one stays linear)."""
-    at = line.find(":")
-    key = line[:at].strip() if at > 0 else ""
-    if not key:
-        return None
-    val = line[at + 1 :]
-    return key, val[1:] if val.startswith(" ") else val
 
 
 def _next_index(gpus: list[SmiGpu], asked: list[int]) -> int:

@@ -112,6 +112,16 @@ def prompt(line: str) -> Prompt | None:
     return Prompt(m.group("host"), gpus, query)
 
 
+def split_kv(line: str) -> tuple[str, str] | None:
+    """`Key   : value` at the first colon (by search, not a regex: a long line without one stays linear)."""
+    at = line.find(":")
+    key = line[:at].strip() if at > 0 else ""
+    if not key:
+        return None
+    val = line[at + 1 :]
+    return key, val[1:] if val.startswith(" ") else val
+
+
 def strip_annotation(value: str) -> str:
     """A value without the author's mark after it: `Yes   <===` -> `Yes`, `No   # <- the flag` -> `No`."""
     return _RE_ANNOTATION.sub("", value).strip()
