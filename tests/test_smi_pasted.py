@@ -227,3 +227,27 @@ def test_xml_pasted_after_a_prompt_line_in_a_fence(tmp_path: Path) -> None:
             {"node": "h200-node", "gpu": 0, "model": "NVIDIA H200"}
         ]
         assert s.scalar("SELECT count(*) FROM samples WHERE node = 'h200-node'") == 30
+
+
+@pytest.mark.parametrize(
+    ("name", "want", "rules"),
+    [
+        ("nvidia-smi-q-ecc-sram-uncorrectable-excerpt.txt", {"ecc_dbe_volatile": 1.0}, ["GpuDoubleBitError"]),
+        (
+            "nvidia-smi-q-retired-pages-excerpt.txt",
+            {"retired_pages_pending": 1.0, "retired_pages_sbe": 2.0},
+            [],
+        ),
+    ],
+)
+def test_the_older_excerpts_replay_too(
+    tmp_path: Path, name: str, want: dict[str, float], rules: list[str]
+) -> None:
+    """The excerpts fixtures/samples/nvidia-smi held for the parser alone (skipped by replay: 'not a format
+    fleettool reads') are read end to end: an indented block with no banner and no GPU header."""
+    db, out = _replay(tmp_path, FIXTURES / "samples" / "nvidia-smi" / name)
+    assert out["files"][0]["shape"] == "nvidia-smi -q (pasted: no banner)"
+    with Store(db) as s:
+        got = {r["metric"]: r["value"] for r in s.query("SELECT metric, value FROM samples")}
+    assert {m: got.get(m) for m in want} == want
+    assert [a["rule"] for a in json.loads(run_cli("alerts", "--db", str(db), "--json").stdout)] == rules
