@@ -62,6 +62,18 @@ SHAPES = {
         },
         "GpuRowRemapPending",
     ),
+    "relevant-fields-no-section-head.txt": (
+        "given-node",
+        0,
+        None,
+        {
+            "remap_pending": 1.0,
+            "remap_correctable_rows": 12.0,
+            "remap_uncorrectable_rows": 0.0,
+            "remap_failure": 0.0,
+        },
+        "GpuRowRemapPending",
+    ),
     "indented-remapped-rows.txt": (
         "given-node",
         0,
@@ -251,3 +263,18 @@ def test_the_older_excerpts_replay_too(
         got = {r["metric"]: r["value"] for r in s.query("SELECT metric, value FROM samples")}
     assert {m: got.get(m) for m in want} == want
     assert [a["rule"] for a in json.loads(run_cli("alerts", "--db", str(db), "--json").stdout)] == rules
+
+
+def test_a_block_with_no_reading_in_it_says_so_and_exits_3(tmp_path: Path) -> None:
+    """Without `Remapping Failure Occurred`, the head-less block's keys belong to no section fleettool reads: the
+    replay says which value of which line it could not place and exits 3; it was "0 samples", "alerts: none", 0."""
+    text = (P / "relevant-fields-no-section-head.txt").read_text()
+    lines = [ln for ln in text.splitlines() if "Remapping Failure Occurred" not in ln]
+    paste = tmp_path / "paste.txt"
+    paste.write_text("\n".join(lines) + "\n")
+    rc = run_cli("replay", str(paste), "--db", str(tmp_path / "t.duckdb"), "--node", "n1")
+    assert rc.returncode == 3, rc.stdout
+    assert (
+        "GPU index 0: 6 values, none a reading fleettool stores (the first: pending at line 8): not stored"
+        in (rc.stderr)
+    )

@@ -125,6 +125,8 @@ def parse_text(lines: Iterable[str], *, path: str = "<input>") -> SmiReport:
             cur.values[full] = val
             cur.lines[full] = lineno
         stack.append((indent, key))
+    for g in gpus:
+        paste.adopt_orphans(g.values, g.lines)
     ts = _smi_time(head.get("timestamp"))
     if ts is None and head.get("timestamp", "").strip() not in ("", "N/A"):
         issues.append(ParseIssue(path, head_line["timestamp"], f"Timestamp not read: {head['timestamp']!r}"))

@@ -180,6 +180,28 @@ def sniff(lines: list[str]) -> str | None:
     return "nvidia-smi -q (pasted: " + ", ".join(marks) + ")" if marks else "nvidia-smi -q"
 
 
+# a key that only one section of `-q` has, and that section's keys: a block pasted without its head
+# (`Remapping Failure Occurred : No` at the top) is put back under it
+_ONLY_IN = {"remapping_failure_occurred": "remapped_rows", "pending_page_blacklist": "retired_pages"}
+_SECTION_KEYS = {
+    "remapped_rows": ("correctable_error", "uncorrectable_error", "pending", "remapping_failure_occurred"),
+    "retired_pages": ("single_bit_ecc", "double_bit_ecc", "pending_page_blacklist"),
+}
+
+
+def adopt_orphans(values: dict[str, str], lines: dict[str, int]) -> None:
+    """Put a section's keys pasted without the section's head back under it (in place), where a key only that
+    section has is among them: `Pending : Yes` beside `Remapping Failure Occurred` is the remap's pending."""
+    for only, section in _ONLY_IN.items():
+        if only not in values:
+            continue
+        for k in _SECTION_KEYS[section]:
+            if k in values and f"{section}/{k}" not in values:
+                values[f"{section}/{k}"] = values.pop(k)
+                if k in lines:
+                    lines[f"{section}/{k}"] = lines.pop(k)
+
+
 def xml_document(text: str) -> tuple[str, int, Prompt | None]:
     """The `nvidia-smi -q -x` document inside pasted text (a prompt line and a fence around it): the text from
     `<?xml` (or `<nvidia_smi_log`) to `</nvidia_smi_log>`, how many lines come before it, and the prompt line

@@ -43,6 +43,12 @@ def _store_smi(store: Store, path: Path, opts: IngestOptions, rep: FileReport, r
                 " nothing stored for them)"
             )
         if ident["uuid"] is None and not values:
+            if g.values:  # read, but nothing in it is a reading: say so, never "0 samples" and nothing else
+                key = next(iter(g.values))
+                rep.notes.append(
+                    f"GPU {g.pci_bus_id or f'index {g.index}'}: {len(g.values)} values, none a reading fleettool"
+                    f" stores (the first: {key} at line {g.lines.get(key, 0)}): not stored"
+                )
             continue
         for metric, value in values.items():
             samples.append(Sample(ts, node, gpu, ident["uuid"], metric, value))
