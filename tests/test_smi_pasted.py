@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fleettool.formats.errors import ParseIssue
 from fleettool.formats.nvidia_smi import gpu_samples, parse_text
-from fleettool.formats.nvidia_smi_paste import prompt, sniff, strip_annotation
+from fleettool.formats.nvidia_smi_paste import prompt, sniff, strip_annotation, xml_document
 from fleettool.model import normalize_pci_bus_id
 from fleettool.recording.identify import identify_why
 from fleettool.store import Store
@@ -278,3 +280,40 @@ def test_a_block_with_no_reading_in_it_says_so_and_exits_3(tmp_path: Path) -> No
         "GPU index 0: 6 values, none a reading fleettool stores (the first: pending at line 8): not stored"
         in (rc.stderr)
     )
+
+
+_PIECES = st.sampled_from(
+    [
+        "```",
+        "$ nvidia-smi -q -i 1",
+        "GPU 00000000:55:00.0",
+        "    Remapped Rows",
+        "        Pending : Yes  <===",
+        "[...]",
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(_PIECES, st.text(max_size=60)), max_size=25))
+def test_fuzz_pasted_lines(lines: list[str]) -> None:
+    """Any mix of paste lines and junk: sniffed, parsed and judged without an exception; every issue names a line
+    of the input."""
+    sniff(lines)
+    for ln in lines:
+        prompt(ln)
+        strip_annotation(ln)
+    rep = parse_text(lines, path="p")
+    issues: list[ParseIssue] = []
+    for g in rep.gpus:
+        gpu_samples(g, issues, "p")
+    assert all(0 <= i.line <= len(lines) for i in rep.issues + issues)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=200))
+def test_fuzz_xml_document(text: str) -> None:
+    """The document found in any text is a piece of it, with the count of the lines before it."""
+    doc, before, _ = xml_document(text)
+    assert doc in text
+    assert before == text[: text.index(doc)].count("\n")
