@@ -111,6 +111,9 @@ def identify_bytes(raw: bytes) -> Identity:
         return Identity("unknown", why="XML/HTML, but not nvidia-smi -q -x (no <nvidia_smi_log>)")
     if "==============NVSMI LOG==============" in head:
         return Identity("nvidia-smi-text", "nvidia-smi -q")
+    dcgmi = identify_dcgmi(head)
+    if dcgmi is not None:
+        return dcgmi
     if re.search(r"^\|\s*NVIDIA-SMI \d", head, re.M):
         return Identity("unknown", why="nvidia-smi's table view (save nvidia-smi -q or -q -x instead)")
     if stripped.startswith("{"):
@@ -129,6 +132,40 @@ def identify_bytes(raw: bytes) -> Identity:
         fmt = refine_metrics(head)
         return Identity(fmt)
     return ident
+
+
+# dcgmi's outputs (fleettool.formats.dcgmi_*): their tables must not be taken for Markdown
+_RE_DCGMI_DIAG = re.compile(
+    r"^\s*(?:>\s*)?(?:\|\s*Diagnostic\s+\|\s*Result\s*\||[|+]-{2,}\s+(?:Metadata|Deployment|Integration|Hardware"
+    r"|Stress|Software|Custom)\s+-+[+|])",
+    re.M,
+)
+_RE_DCGMI_HEALTH = re.compile(r"^\s*(?:>\s*)?\|\s*Overall Health\s+\|\s*(?:Healthy|Warning|Failure)", re.M)
+_RE_DCGMI_DMON = re.compile(r"^\s*(?:>\s*)?#Entity\s+\S", re.M)
+_RE_DCGMI_DMON_ROW = re.compile(r"^\s*(?:>\s*)?(?:GPU|GPU-I|GPU-CI|Switch|CPU|Core|Link)\s+\d+\s+\S", re.M)
+_RE_DCGMI_DISCOVERY = re.compile(r"^\s*(?:>\s*)?\d+ GPUs? found\.", re.M)
+_RE_DCGMI_DISCOVERY_ROW = re.compile(r"^\s*(?:>\s*)?\|\s*GPU ID\s*\|\s*Device Information", re.M)
+
+
+def identify_dcgmi(head: str) -> Identity | None:
+    """dcgmi's text outputs, by what they print: diag's table, health's report, dmon's columns, discovery's list;
+    and their -j JSON (after a prompt line too)."""
+    if _RE_DCGMI_DIAG.search(head):
+        return Identity("dcgmi-diag", "dcgmi diag")
+    if "Health Monitor Report" in head and _RE_DCGMI_HEALTH.search(head):
+        return Identity("dcgmi-health", "dcgmi health -c")
+    if _RE_DCGMI_DMON.search(head) and _RE_DCGMI_DMON_ROW.search(head):
+        return Identity("dcgmi-dmon", "dcgmi dmon")
+    if _RE_DCGMI_DISCOVERY.search(head) and _RE_DCGMI_DISCOVERY_ROW.search(head):
+        return Identity("dcgmi-discovery", "dcgmi discovery -l")
+    brace = head.find("{")
+    if brace >= 0 and (not head[:brace].strip(" \t\r\n$#>`") or "dcgmi" in head[:brace]):
+        body = head[brace:]
+        if '"DCGM GPU Diagnostic"' in body or ('"test_categories"' in body and '"status"' in body):
+            return Identity("dcgmi-diag-json", "dcgmi diag -j")
+        if '"Health Monitor Report"' in body and '"body"' in body:
+            return Identity("dcgmi-health-json", "dcgmi health -c -j")
+    return None
 
 
 def _identify_json(text: str) -> Identity | None:
