@@ -136,15 +136,15 @@ def identify_bytes(raw: bytes) -> Identity:
 
 # dcgmi's outputs (fleettool.formats.dcgmi_*): their tables must not be taken for Markdown
 _RE_DCGMI_DIAG = re.compile(
-    r"^\s*(?:>\s*)?(?:\|\s*Diagnostic\s+\|\s*Result\s*\||[|+]-{2,}\s+(?:Metadata|Deployment|Integration|Hardware"
+    r"^[ \t]*(?:>[ \t]*)?(?:\|\s*Diagnostic\s+\|\s*Result\s*\||[|+]-{2,}\s+(?:Metadata|Deployment|Integration|Hardware"
     r"|Stress|Software|Custom)\s+-+[+|])",
     re.M,
 )
-_RE_DCGMI_HEALTH = re.compile(r"^\s*(?:>\s*)?\|\s*Overall Health\s+\|\s*(?:Healthy|Warning|Failure)", re.M)
-_RE_DCGMI_DMON = re.compile(r"^\s*(?:>\s*)?#Entity\s+\S", re.M)
-_RE_DCGMI_DMON_ROW = re.compile(r"^\s*(?:>\s*)?(?:GPU|GPU-I|GPU-CI|Switch|CPU|Core|Link)\s+\d+\s+\S", re.M)
-_RE_DCGMI_DISCOVERY = re.compile(r"^\s*(?:>\s*)?\d+ GPUs? found\.", re.M)
-_RE_DCGMI_DISCOVERY_ROW = re.compile(r"^\s*(?:>\s*)?\|\s*GPU ID\s*\|\s*Device Information", re.M)
+_RE_DCGMI_HEALTH = re.compile(r"^[ \t]*(?:>[ \t]*)?\|\s*Overall Health\s+\|\s*(?:Healthy|Warning|Failure)", re.M)
+_RE_DCGMI_DMON = re.compile(r"^[ \t]*(?:>[ \t]*)?#Entity\s+\S", re.M)
+_RE_DCGMI_DMON_ROW = re.compile(r"^[ \t]*(?:>[ \t]*)?(?:GPU|GPU-I|GPU-CI|Switch|CPU|Core|Link)\s+\d+\s+\S", re.M)
+_RE_DCGMI_DISCOVERY = re.compile(r"^[ \t]*(?:>[ \t]*)?\d+ GPUs? found\.", re.M)
+_RE_DCGMI_DISCOVERY_ROW = re.compile(r"^[ \t]*(?:>[ \t]*)?\|\s*GPU ID\s*\|\s*Device Information", re.M)
 
 
 def identify_dcgmi(head: str) -> Identity | None:
