@@ -29,6 +29,7 @@ from tests.conftest import FIXTURES, run_cli
 DCGMI = FIXTURES / "samples" / "dcgmi"
 DIAG = DCGMI / "dcgmi-diag-r3-h100x8-cuda-init-fail.txt"
 DIAG_JSON = DCGMI / "dcgmi-diag-j-gflops-below-threshold.json"
+DIAG_MD = DCGMI / "dcgmi-diag-r2-error-and-thermal-fail-excerpts.md"
 HEALTH = DCGMI / "dcgmi-health-c-constructed.txt"
 HEALTH_JSON = DCGMI / "dcgmi-health-c-j-constructed.json"
 DMON = DCGMI / "dcgmi-dmon-e-230-150-155-constructed.txt"
@@ -66,6 +67,7 @@ def firing(doc: dict[str, Any], summary_has: str = "") -> list[tuple[str, int | 
     [
         (DIAG, "dcgmi-diag"),
         (DIAG_JSON, "dcgmi-diag-json"),
+        (DIAG_MD, "dcgmi-diag"),
         (HEALTH, "dcgmi-health"),
         (HEALTH_JSON, "dcgmi-health-json"),
         (DMON, "dcgmi-dmon"),
@@ -102,6 +104,32 @@ def test_diag_table_is_stored_as_burnin_results_and_pages_per_gpu(tmp_path: Path
     assert by_test[("dcgm-pcie", 3)] == "INCONCLUSIVE"  # `Skip - All`: every GPU the metadata counts
     assert len(rows) == 9 + 3 * 8 + 8
     assert firing(doc, "a DCGM diagnostic failed") == [("gpu-17", g) for g in range(8)]
+
+
+def test_diag_in_markdown_fences_an_error_row_and_a_line_cut_before_its_bar(tmp_path: Path) -> None:
+    doc, db = replay(tmp_path, DIAG_MD)
+    assert doc["files"][0]["issues"] == 0
+    rows = query(
+        db, "SELECT gpu, test, verdict, reason FROM burnin_results WHERE verdict = 'FAIL' ORDER BY gpu"
+    )
+    assert [(r["gpu"], r["test"]) for r in rows] == [(0, "dcgm-gpu-memory"), (3, "dcgm-deployment-error")]
+    assert rows[0]["reason"].endswith(
+        "fans, and any other components.)"
+    )  # the last piece, cut before its bar
+    assert "row remappings are pending" in rows[1]["reason"]
+    (n,) = query(
+        db, "SELECT count(*) AS n FROM burnin_results WHERE verdict = 'PASS' AND test = 'dcgm-gpu-memory'"
+    )
+    assert n["n"] == 7
+    assert firing(doc, "a DCGM diagnostic failed") == [("gpu-17", 0), ("gpu-17", 3)]
+
+
+def test_a_diag_line_not_read_is_an_issue_not_a_silent_drop() -> None:
+    lines = DIAG.read_text().splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("| PCIe "))
+    lines.insert(at + 1, "|                           | GPU0: Pass                                     |")
+    rep = parse_diag_text(lines, path="paste.txt")
+    assert [str(i) for i in rep.issues] == [f"paste.txt:{at + 2}: dcgmi diag: 'PCIe': not read: 'GPU0: Pass'"]
 
 
 def test_diag_json_keeps_the_measured_and_expected_figures(tmp_path: Path) -> None:

@@ -91,9 +91,13 @@ def _table_row(line: str) -> list[str] | None:
     s = line.strip()
     if s.startswith(">"):  # a Markdown quote
         s = s.lstrip("> ")
-    if not (s.startswith("|") and s.count("|") >= 3):
+    if not (s.startswith("|") and s.count("|") >= 2):
         return None
-    return s.split("|")[1:-1]
+    cells = s.split("|")[1:]
+    if s.endswith("|"):
+        return cells[:-1]
+    cells[-1] = cells[-1].rstrip() + "  "  # a paste cut before the closing bar: its text, as if padded
+    return cells
 
 
 def _chunk(raw: str) -> str:
@@ -106,6 +110,7 @@ class _Test:
         self.name, self.category, self.line = name, category, line
         self.statuses: list[tuple[str, str]] = []  # (status, the GPUs it names)
         self.notes: list[tuple[str, list[str]]] = []  # (warnings|info, pieces)
+        self.error_row = False  # an `Error` row of its own (no test above it): a FAIL of the GPU it names
 
 
 def parse_diag_text(lines: Iterable[str], path: str = "") -> DiagReport:
@@ -125,16 +130,29 @@ def parse_diag_text(lines: Iterable[str], path: str = "") -> DiagReport:
         name, value = cells[0].strip(), cells[1]
         if name == "Diagnostic" and value.strip() == "Result":
             continue
-        if name.lower() in _NOTE_ROWS and cur is not None:
+        if (
+            name.lower() == "error" and cur is None
+        ):  # DCGM could not run the tests: `GPU 3 has uncorrectable ...`
+            cur = _Test(f"{category} error".strip(), category, lineno)
+            cur.statuses.append(("fail", ""))
+            cur.error_row = True
+            tests.append(cur)
+            note = [_chunk(value)]
+            cur.notes.append(("warnings", note))
+        elif name.lower() in _NOTE_ROWS and cur is not None:
             note = [_chunk(value)]
             cur.notes.append((_NOTE_ROWS[name.lower()], note))
         elif not name:
             if note is not None:
                 note.append(_chunk(value))
-            elif cur is not None and _RE_STATUS.match(value.strip()):
+            elif cur is not None:
                 m = _RE_STATUS.match(value.strip())
-                assert m is not None
-                cur.statuses.append((m.group(1).lower(), (m.group(2) or "").strip()))
+                if m is None:
+                    rep.issues.append(
+                        ParseIssue(path, lineno, f"dcgmi diag: {cur.name!r}: not read: {value.strip()!r}")
+                    )
+                else:
+                    cur.statuses.append((m.group(1).lower(), (m.group(2) or "").strip()))
         elif category.lower() == "metadata":
             rep.metadata[name] = value.strip()
             cur = note = None
@@ -169,6 +187,10 @@ def _gpus(which: str, n_gpus: int) -> list[int | None] | None:
 
 def _expand(t: _Test, n_gpus: int, path: str, issues: list[ParseIssue]) -> list[DiagResult]:
     by_gpu: dict[int | None, DiagResult] = {}
+    if t.error_row:  # the GPUs its messages name, else the node
+        leads = [_RE_GPU_LEAD.match(" ".join("".join(p).split())) for _, p in t.notes]
+        named = sorted({int(m.group(1)) for m in leads if m})
+        t.statuses = [("fail", "GPUs: " + ", ".join(map(str, named)) if named else "")]
     for status, which in t.statuses:
         gpus = _gpus(which, n_gpus)
         if gpus is None:
