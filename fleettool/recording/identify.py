@@ -78,7 +78,8 @@ def _text_like(head: bytes) -> bool:
 
 def identify(path: Path) -> str:
     """'openmetrics', 'prometheus', 'kmsg', 'kmsg-journal-json', 'kmsg-raw', 'fleettool-events', 'nccl-tests',
-    'nccl-tests-json', 'nvidia-smi-xml', 'nvidia-smi-text', 'duckdb', or 'unknown', from the content (gunzipped)."""
+    'nccl-tests-json', 'nvidia-smi-xml', 'nvidia-smi-text', 'dcgmi-diag', 'dcgmi-diag-json', 'dcgmi-health',
+    'dcgmi-health-json', 'dcgmi-dmon', 'dcgmi-discovery', 'duckdb', or 'unknown', from the content (gunzipped)."""
     return identify_why(path).format
 
 
@@ -140,9 +141,13 @@ _RE_DCGMI_DIAG = re.compile(
     r"|Stress|Software|Custom)\s+-+[+|])",
     re.M,
 )
-_RE_DCGMI_HEALTH = re.compile(r"^[ \t]*(?:>[ \t]*)?\|\s*Overall Health\s+\|\s*(?:Healthy|Warning|Failure)", re.M)
+_RE_DCGMI_HEALTH = re.compile(
+    r"^[ \t]*(?:>[ \t]*)?\|\s*Overall Health\s+\|\s*(?:Healthy|Warning|Failure)", re.M
+)
 _RE_DCGMI_DMON = re.compile(r"^[ \t]*(?:>[ \t]*)?#Entity\s+\S", re.M)
-_RE_DCGMI_DMON_ROW = re.compile(r"^[ \t]*(?:>[ \t]*)?(?:GPU|GPU-I|GPU-CI|Switch|CPU|Core|Link)\s+\d+\s+\S", re.M)
+_RE_DCGMI_DMON_ROW = re.compile(
+    r"^[ \t]*(?:>[ \t]*)?(?:GPU|GPU-I|GPU-CI|Switch|CPU|Core|Link)\s+\d+\s+\S", re.M
+)
 _RE_DCGMI_DISCOVERY = re.compile(r"^[ \t]*(?:>[ \t]*)?\d+ GPUs? found\.", re.M)
 _RE_DCGMI_DISCOVERY_ROW = re.compile(r"^[ \t]*(?:>[ \t]*)?\|\s*GPU ID\s*\|\s*Device Information", re.M)
 
