@@ -103,7 +103,7 @@ def test_diag_table_is_stored_as_burnin_results_and_pages_per_gpu(tmp_path: Path
     assert by_test[("dcgm-persistence-mode", None)] == "PASS"  # a deployment check is the node's
     assert by_test[("dcgm-pcie", 3)] == "INCONCLUSIVE"  # `Skip - All`: every GPU the metadata counts
     assert len(rows) == 9 + 3 * 8 + 8
-    assert firing(doc, "a DCGM diagnostic failed") == [("gpu-17", g) for g in range(8)]
+    assert firing(doc, "DCGM diagnostic test(s) failed") == [("gpu-17", g) for g in range(8)]
 
 
 def test_diag_in_markdown_fences_an_error_row_and_a_line_cut_before_its_bar(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ def test_diag_in_markdown_fences_an_error_row_and_a_line_cut_before_its_bar(tmp_
         db, "SELECT count(*) AS n FROM burnin_results WHERE verdict = 'PASS' AND test = 'dcgm-gpu-memory'"
     )
     assert n["n"] == 7
-    assert firing(doc, "a DCGM diagnostic failed") == [("gpu-17", 0), ("gpu-17", 3)]
+    assert firing(doc, "DCGM diagnostic test(s) failed") == [("gpu-17", 0), ("gpu-17", 3)]
 
 
 def test_a_diag_line_not_read_is_an_issue_not_a_silent_drop() -> None:
@@ -140,7 +140,7 @@ def test_diag_json_keeps_the_measured_and_expected_figures(tmp_path: Path) -> No
     assert "below the threshold 1480.77" in row["reason"]
     (a,) = [a for a in doc["alerts"] if a["state"] == "firing"]
     assert (a["gpu"], a["severity"], a["category"]) == (5, "critical", "burnin")
-    assert "511.7" in a["summary"]
+    assert a["summary"].startswith("GPU 5 on gpu-17: 1 DCGM diagnostic test(s) failed")
 
 
 @pytest.mark.parametrize("src", [HEALTH, HEALTH_JSON])
