@@ -9,15 +9,7 @@ import subprocess
 from typing import Any
 
 from fleettool.burnin.verdict import Result, Verdict
-
-STATUS = {
-    "pass": Verdict.PASS,
-    "fail": Verdict.FAIL,
-    "warn": Verdict.WARN,
-    "skip": Verdict.INCONCLUSIVE,
-    "skipped": Verdict.INCONCLUSIVE,
-    "not run": Verdict.INCONCLUSIVE,
-}
+from fleettool.formats.dcgmi_diag import parse_diag_json
 
 
 def available() -> bool:
@@ -33,7 +25,7 @@ def run_diag(node: str, level: int = 1, timeout_s: float = 1800) -> list[Result]
             Result(node, None, "dcgm-diag", Verdict.INCONCLUSIVE, reason=f"dcgmi diag did not complete: {e}")
         ]
     try:
-        doc = json.loads(p.stdout)
+        doc = json.loads(p.stdout, strict=False)
     except json.JSONDecodeError:
         msg = (p.stderr or p.stdout).strip().splitlines()[:1]
         return [
@@ -49,41 +41,29 @@ def run_diag(node: str, level: int = 1, timeout_s: float = 1800) -> list[Result]
 
 
 def parse_diag(doc: dict[str, Any], node: str) -> list[Result]:
-    """`dcgmi diag -j` JSON (DCGM 3 'DCGM GPU Diagnostic' layout, and DCGM 4's 'tests' list) -> results."""
-    out: list[Result] = []
-    diag = doc.get("DCGM GPU Diagnostic") or doc
-    for cat in diag.get("test_categories", []) or []:
-        for t in cat.get("tests", []) or []:
-            name = str(t.get("name", "?"))
-            for r in t.get("results", []) or []:
-                status = str(r.get("status", "")).lower()
-                gid = r.get("gpu_id", r.get("gpu_ids"))
-                gpu = int(gid) if isinstance(gid, (int, str)) and str(gid).isdigit() else None
-                v = STATUS.get(status, Verdict.INCONCLUSIVE)
-                warn = r.get("warnings") or r.get("info") or ""
-                out.append(
-                    Result(
-                        node,
-                        gpu,
-                        f"dcgm-{name.lower().replace(' ', '-')}",
-                        v,
-                        reason=f"DCGM {name}: {status or 'no status'}" + (f" ({warn})" if warn else ""),
-                    )
-                )
-    for t in doc.get("tests", []) or []:  # DCGM 4 layout
-        name = str(t.get("name", "?"))
-        for r in t.get("results", []) or []:
-            status = str(r.get("status", "")).lower()
-            ent = r.get("entity_id")
-            out.append(
-                Result(
-                    node,
-                    int(ent) if isinstance(ent, int) else None,
-                    f"dcgm-{name.lower()}",
-                    STATUS.get(status, Verdict.INCONCLUSIVE),
-                    reason=f"DCGM {name}: {status}",
-                )
-            )
+    """`dcgmi diag -j` JSON -> results, read by the same parser as a recorded diag (formats.dcgmi_diag): per test
+    and GPU, with the measured and expected figures DCGM gives (DCGM_FR_GFLOPS_THRESHOLD_VIOLATION)."""
+    out = [
+        Result(
+            node,
+            r.gpu,
+            r.test_key,
+            Verdict(r.verdict),
+            figure=r.figure,
+            unit=r.unit,
+            floor=r.floor,
+            floor_source="dcgmi diag" if r.floor is not None else "",
+            reason=f"DCGM {r.test}: {r.status or 'no status'}"
+            + (f" ({r.warnings[0]})" if r.warnings else ""),
+            evidence={
+                "dcgm_status": r.status,
+                "warnings": r.warnings,
+                "info": r.info,
+                "dcgm_errors": r.error_ids,
+            },
+        )
+        for r in parse_diag_json(doc).results
+    ]
     if not out:
         out.append(
             Result(node, None, "dcgm-diag", Verdict.INCONCLUSIVE, reason="dcgmi diag returned no results")

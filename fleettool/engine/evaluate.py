@@ -97,7 +97,8 @@ def data_range(store: Store) -> tuple[float, float] | None:
              SELECT min(ts) AS t0, max(ts) AS t1 FROM samples
              UNION ALL SELECT min(minute), max(minute) FROM samples_1m
              UNION ALL SELECT min(ts), max(ts) FROM events
-             UNION ALL SELECT min(ts), max(ts) FROM nccl_runs)"""
+             UNION ALL SELECT min(ts), max(ts) FROM nccl_runs
+             UNION ALL SELECT min(ts), max(ts) FROM burnin_results)"""
     )[0]
     if row["t0"] is None:
         return None

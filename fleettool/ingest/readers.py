@@ -40,4 +40,10 @@ READERS: dict[str, Reader] = {
     "nccl-tests-json": _lazy("read_nccl", "read_nccl_json"),
     "nvidia-smi-text": _lazy("read_smi", "read_smi_text"),
     "nvidia-smi-xml": _lazy("read_smi", "read_smi_xml"),
+    "dcgmi-diag": _lazy("read_dcgmi", "read_dcgmi_diag"),
+    "dcgmi-diag-json": _lazy("read_dcgmi", "read_dcgmi_diag_json"),
+    "dcgmi-health": _lazy("read_dcgmi", "read_dcgmi_health"),
+    "dcgmi-health-json": _lazy("read_dcgmi", "read_dcgmi_health_json"),
+    "dcgmi-dmon": _lazy("read_dcgmi", "read_dcgmi_dmon"),
+    "dcgmi-discovery": _lazy("read_dcgmi", "read_dcgmi_discovery"),
 }

@@ -25,6 +25,12 @@ READER_NAMES = {
     "nccl-tests-json": "nccl-tests -J",
     "nvidia-smi-xml": "nvidia-smi -q -x",
     "nvidia-smi-text": "nvidia-smi -q",
+    "dcgmi-diag": "dcgmi diag",
+    "dcgmi-diag-json": "dcgmi diag -j",
+    "dcgmi-health": "dcgmi health",
+    "dcgmi-health-json": "dcgmi health -j",
+    "dcgmi-dmon": "dcgmi dmon",
+    "dcgmi-discovery": "dcgmi discovery",
 }
 
 

@@ -79,7 +79,8 @@ def _text_like(head: bytes) -> bool:
 
 def identify(path: Path) -> str:
     """'openmetrics', 'prometheus', 'kmsg', 'kmsg-journal-json', 'kmsg-raw', 'fleettool-events', 'nccl-tests',
-    'nccl-tests-json', 'nvidia-smi-xml', 'nvidia-smi-text', 'duckdb', or 'unknown', from the content (gunzipped)."""
+    'nccl-tests-json', 'nvidia-smi-xml', 'nvidia-smi-text', 'dcgmi-diag', 'dcgmi-diag-json', 'dcgmi-health',
+    'dcgmi-health-json', 'dcgmi-dmon', 'dcgmi-discovery', 'duckdb', or 'unknown', from the content (gunzipped)."""
     return identify_why(path).format
 
 
@@ -112,6 +113,9 @@ def identify_bytes(raw: bytes) -> Identity:
         return Identity("unknown", why="XML/HTML, but not nvidia-smi -q -x (no <nvidia_smi_log>)")
     if "==============NVSMI LOG==============" in head:
         return Identity("nvidia-smi-text", "nvidia-smi -q")
+    dcgmi = identify_dcgmi(head)
+    if dcgmi is not None:
+        return dcgmi
     if re.search(r"^\|\s*NVIDIA-SMI \d", head, re.M):
         return Identity("unknown", why="nvidia-smi's table view (save nvidia-smi -q or -q -x instead)")
     smi_paste = sniff_smi_paste(head.splitlines()[:400])  # -q as pasted: a prompt line, a lone -d section
@@ -133,6 +137,44 @@ def identify_bytes(raw: bytes) -> Identity:
         fmt = refine_metrics(head)
         return Identity(fmt)
     return ident
+
+
+# dcgmi's outputs (fleettool.formats.dcgmi_*): their tables must not be taken for Markdown
+_RE_DCGMI_DIAG = re.compile(
+    r"^[ \t]*(?:>[ \t]*)?(?:\|\s*Diagnostic\s+\|\s*Result\s*\||[|+]-{2,}\s+(?:Metadata|Deployment|Integration|Hardware"
+    r"|Stress|Software|Custom)\s+-+[+|])",
+    re.M,
+)
+_RE_DCGMI_HEALTH = re.compile(
+    r"^[ \t]*(?:>[ \t]*)?\|\s*Overall Health\s+\|\s*(?:Healthy|Warning|Failure)", re.M
+)
+_RE_DCGMI_DMON = re.compile(r"^[ \t]*(?:>[ \t]*)?#Entity\s+\S", re.M)
+_RE_DCGMI_DMON_ROW = re.compile(
+    r"^[ \t]*(?:>[ \t]*)?(?:GPU|GPU-I|GPU-CI|Switch|CPU|Core|Link)\s+\d+\s+\S", re.M
+)
+_RE_DCGMI_DISCOVERY = re.compile(r"^[ \t]*(?:>[ \t]*)?\d+ GPUs? found\.", re.M)
+_RE_DCGMI_DISCOVERY_ROW = re.compile(r"^[ \t]*(?:>[ \t]*)?\|\s*GPU ID\s*\|\s*Device Information", re.M)
+
+
+def identify_dcgmi(head: str) -> Identity | None:
+    """dcgmi's text outputs, by what they print: diag's table, health's report, dmon's columns, discovery's list;
+    and their -j JSON (after a prompt line too)."""
+    if _RE_DCGMI_DIAG.search(head):
+        return Identity("dcgmi-diag", "dcgmi diag")
+    if "Health Monitor Report" in head and _RE_DCGMI_HEALTH.search(head):
+        return Identity("dcgmi-health", "dcgmi health -c")
+    if _RE_DCGMI_DMON.search(head) and _RE_DCGMI_DMON_ROW.search(head):
+        return Identity("dcgmi-dmon", "dcgmi dmon")
+    if _RE_DCGMI_DISCOVERY.search(head) and _RE_DCGMI_DISCOVERY_ROW.search(head):
+        return Identity("dcgmi-discovery", "dcgmi discovery -l")
+    brace = head.find("{")
+    if brace >= 0 and (not head[:brace].strip(" \t\r\n$#>`") or "dcgmi" in head[:brace]):
+        body = head[brace:]
+        if '"DCGM GPU Diagnostic"' in body or ('"test_categories"' in body and '"status"' in body):
+            return Identity("dcgmi-diag-json", "dcgmi diag -j")
+        if '"Health Monitor Report"' in body and '"body"' in body:
+            return Identity("dcgmi-health-json", "dcgmi health -c -j")
+    return None
 
 
 def _identify_json(text: str) -> Identity | None:
