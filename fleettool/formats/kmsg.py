@@ -55,6 +55,7 @@ class KernelLogParser:
             0  # GPU lines of a relative shape (dmesg -H, delta) with no date line before them
         )
         self.no_base_line = 0  # the first of them
+        self._relative: bool | None = None  # a relative shape (dmesg -H, delta); None: no `[` line seen yet
 
     @property
     def year_used(self) -> bool:
@@ -65,7 +66,12 @@ class KernelLogParser:
         """One line -> a record, or None when the line is not a GPU message (or continues one)."""
         self.lineno += 1
         # dmesg -H and --time-format delta time a line by the gaps of every line before it, GPU or not
-        rel = "[" in line[:4] and self.clock.relative(line.lstrip())
+        # (`[  +0.1]`, `[<  0.1>]`, `[Dec 5 10:01]`): the first `[` line of the stream decides whether it is one
+        rel = False
+        if self._relative is not False and line[:1] == "[":
+            rel = self.clock.relative(line)
+            if self._relative is None:
+                self._relative = rel
         if "NVRM" not in line and "SXid" not in line and "Linux version" not in line:
             return None
         line = line.rstrip("\r\n")
