@@ -14,6 +14,7 @@ import duckdb
 
 from fleettool.engine.kinds.nccl_localize import shapes
 from fleettool.store import Store
+from fleettool.store.baselines import nccl_largest_busbw
 from tests.conftest import FIXTURES, run_cli
 
 PASTED = FIXTURES / "pasted"
@@ -155,6 +156,8 @@ def test_runs_of_different_models_are_not_peers(tmp_path: Path) -> None:
     )
     with Store(str(db), read_only=True) as st:
         got = shapes(st)
+        sku = {m for m, _d, _op, _n, _bw in nccl_largest_busbw(st)}  # the fleet baselines' SKU of each run
+    assert sku == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}  # not '?' (no inventory names these nodes)
     models = {x["shape"][4] for x in got}
     assert {"NVIDIA H100 80GB HBM3", "NVIDIA H200"} <= models
     assert len({x["shape"] for x in got}) == 2 * len({x["shape"][:4] for x in got})
