@@ -67,8 +67,8 @@ def register(app: typer.Typer) -> None:
         Example: fleettool nccl --db fleet.duckdb --json
         """
         sql = (
-            "SELECT run_id, ts, op, ranks, nodes, avg_busbw_gbps, peak_busbw_gbps, wrong, version, source "
-            "FROM nccl_runs"
+            "SELECT run_id, ts, op, ranks, nodes, avg_busbw_gbps, peak_busbw_gbps, wrong, version, source, model, "
+            "finished FROM nccl_runs"
         )
         params: list[Any] = []
         if node:
@@ -99,6 +99,8 @@ def register(app: typer.Typer) -> None:
                 "ts": iso(r["ts"]),
                 "wrong": r["wrong"],
                 "version": r["version"],
+                "model": r["model"],
+                "finished": r["finished"],  # false: hung or killed before its footer; null: stored before v5
                 "run_id": r["run_id"],
                 "shape": describe(shaped[r["run_id"]]) if r["run_id"] in shaped else None,
                 "peers": _peers(per_shape, shaped.get(r["run_id"]), MIN_PEERS),
@@ -114,6 +116,7 @@ def register(app: typer.Typer) -> None:
                 "avg_busbw_gbps",
                 "peak_busbw_gbps",
                 ("rows", lambda o: len(o["rows"]) if isinstance(o["rows"], list) else o["rows"]),
+                ("finished", lambda o: {True: "yes", False: "NO (hung/killed)"}.get(o["finished"], "?")),
                 "peers",
                 "source",
             ],

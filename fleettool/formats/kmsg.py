@@ -51,6 +51,11 @@ class KernelLogParser:
         self.body = BodyReader()
         self.default_host = host
         self.lineno = 0
+        self.no_base_records = (
+            0  # GPU lines of a relative shape (dmesg -H, delta) with no date line before them
+        )
+        self.no_base_line = 0  # the first of them
+        self._relative: bool | None = None  # a relative shape (dmesg -H, delta); None: no `[` line seen yet
 
     @property
     def year_used(self) -> bool:
@@ -60,12 +65,23 @@ class KernelLogParser:
     def feed(self, line: str) -> KernelRecord | None:
         """One line -> a record, or None when the line is not a GPU message (or continues one)."""
         self.lineno += 1
+        # dmesg -H and --time-format delta time a line by the gaps of every line before it, GPU or not
+        # (`[  +0.1]`, `[<  0.1>]`, `[Dec 5 10:01]`): the first `[` line of the stream decides whether it is one
+        rel = False
+        if self._relative is not False and line[:1] == "[":
+            rel = self.clock.relative(line)
+            if self._relative is None:
+                self._relative = rel
         if "NVRM" not in line and "SXid" not in line and "Linux version" not in line:
             return None
         line = line.rstrip("\r\n")
         if len(line) > MAX_LINE:
             line = line[:MAX_LINE]
-        return self._line(line, None)
+        rec = self._line(line, (self.clock.rel_ts, None, self.default_host) if rel else None)
+        if rel and rec is not None and rec.ts is None:
+            self.no_base_records += 1
+            self.no_base_line = self.no_base_line or self.lineno
+        return rec
 
     def feed_message(
         self, message: str, *, ts: float | None, uptime: float | None, host: str | None

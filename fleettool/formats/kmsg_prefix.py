@@ -12,10 +12,16 @@ fixtures/samples/kmsg/SOURCES.md says where every line was found):
     rsyslog kern.log            Dec  2 11:38:47 worker4 kernel: [  219.470994] NVRM: Xid (PCI:0000:91:00): 79, ...
     rsyslog RFC 3339            2026-12-02T11:38:47.548779+00:00 worker4 kernel: [  219.470994] NVRM: ...
     talosctl dmesg              192.168.11.119: kern: warning: [2026-04-22T21:30:51.870495804Z]: NVRM: ...
+    dmesg -d (--show-delta)     [  219.470994 <    0.000004>] NVRM: Xid (PCI:0000:91:00): 79, ...
+    dmesg -H / -e (reltime)     [Dec 5 10:01] nvidia 0000:03:00.0: AER: ...   then   [  +0.000844] NVRM: ...
+    dmesg --time-format delta   [<    0.000004>] NVRM: Xid ...
     a launcher's host prefix    gpu-07: [  219.470994] NVRM: Xid ...
 
 `PrefixClock` is the stateful part: syslog stamps carry no year (it is given, and rolls over at New Year), and
-dmesg uptimes become wall time once a line has carried both (or the boot time is given).
+dmesg uptimes become wall time once a line has carried both (or the boot time is given). The relative shapes
+(`dmesg -H`/`-e`: a `[Mon D HH:MM]` line at each new minute, then `[  +s.us]` gaps to the line before;
+`--time-format delta`: gaps only) are timed from the last date line, to the minute it names, through every line
+(`PrefixClock.relative`): a gap with no date line before it has no wall time, and `no_base` counts them.
 `LINE_SHAPES` are the same shapes anchored at the start of a line, named, for telling a kernel log from other
 text by its content.
 """
@@ -88,17 +94,28 @@ _RE_SYSLOG = re.compile(
 #   [Mon Aug  5 03:54:13 2024] NVRM: Xid (PCI:0000:00:07): 31, ...    (two spaces before a one-digit day)
 # groups: month name, day, hour, minute, second, year
 _RE_CTIME = re.compile(
-    r"\[\s*[^\W\d_]{2,4}\.?\s+([^\W\d_]{3,5}\.?)\s+(\d{1,2})\s+(\d\d):(\d\d):(\d\d)\s+(\d{4})\s*\]"
+    r"\[\s*[^\W\d_]{2,4}\.?\s+([^\W\d_]{3,5}\.?)\s+(\d{1,2})\s+(\d\d):(\d\d):(\d\d)\s+(\d{4})\s*(?:<\s*\d+\.\d+>)?\]"
 )
 
 # plain dmesg: the uptime stamp and nothing else before the message, e.g.
 #   [31543.449443] NVRM: Xid (PCI:0000:01:00): 31, ...
 #   [  365.969681] NVRM: Xid (PCI:0000:01:00): 31, ...       (space-padded inside the brackets)
-_RE_BARE_UPTIME = re.compile(r"\s*\[\s*(\d+\.\d+)\]\s*$")
+#   [  219.470994 <    0.000004>] NVRM: ...                  (dmesg -d: the gap to the line before, kept aside)
+_RE_BARE_UPTIME = re.compile(r"\s*\[\s*(\d+\.\d+)(?:\s*<\s*\d+\.\d+>)?\]\s*$")
 
 # an uptime stamp anywhere in the prefix, beside a wall time, e.g.
 #   May 6 00:38:27 alex kernel: [ 4909.922970] NVRM: Xid (0000:01:00): 13, ...
-_RE_UPTIME = re.compile(r"\[\s*(\d+\.\d+)\s*\]")
+_RE_UPTIME = re.compile(r"\[\s*(\d+\.\d+)\s*(?:<\s*\d+\.\d+>)?\]")
+
+# dmesg -H / -e (util-linux's reltime: strftime "%b%e %H:%M" at a new minute, else the gap "%+8.6f"), and
+# --time-format delta ("<%12.6f>"), e.g. (fixtures/formats/kmsg/dmesg-H*.txt)
+#   [Dec 5 10:01] nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)
+#   [Dec21 10:01] ...                                          (a two-digit day: no space)
+#   [  +0.000844] nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)
+#   [<    0.000004>] NVRM: Xid ...
+# groups: month name, day, hour, minute | the gap
+_RE_REL_DATE = re.compile(r"\s*\[([^\W\d_]{3})\s*(\d{1,2})\s+(\d\d):(\d\d)\]")
+_RE_REL_GAP = re.compile(r"\s*\[(?:\s*\+|<)\s*(\d+\.\d+)>?\]")
 
 # an ISO stamp followed by the host and `kernel:`, e.g.
 #   2026-12-02T11:38:47.548779+00:00 worker4 kernel: [  219.470994] NVRM: ...  (rsyslog RFC 3339 format)
@@ -119,10 +136,18 @@ _MONTH = r"(?:[^\W\d_]{3,9}\.?|\d{1,2}[月월])"
 LINE_SHAPES: list[tuple[str, re.Pattern[str]]] = [
     # [ 6781741.002140] NVRM: GPU at PCI:0000:91:00: GPU-509665ad-b600-ac93-3616-d754b23d636d
     ("dmesg", re.compile(r"^\s*\[\s*\d{1,12}\.\d{1,9}\]")),
+    # [  219.470994 <    0.000004>] NVRM: Xid (PCI:0000:91:00): 79, ...
+    ("dmesg -d", re.compile(r"^\s*\[\s*\d{1,12}\.\d{1,9}\s*<\s*\d+\.\d+>\]")),
+    # [Dec 5 10:01] nvidia 0000:03:00.0: AER: ...    /    [  +0.000844] NVRM: Xid (PCI:0000:03:00): 79, ...
+    ("dmesg -H", re.compile(r"^\s*\[(?:\s*\+\d{1,12}\.\d{6}|[^\W\d_]{3}\s?\d{1,2} \d\d:\d\d)\]")),
+    # [<    0.000004>] NVRM: Xid (PCI:0000:91:00): 79, ...
+    ("dmesg --time-format delta", re.compile(r"^\s*\[<\s*\d{1,12}\.\d{6}>\]")),
     # [Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 13, ...
     (
         "dmesg -T",
-        re.compile(r"^\s*\[\s*[^\W\d_]{2,4}\.?\s+[^\W\d_]{3,5}\.?\s+\d{1,2}\s+\d\d:\d\d:\d\d\s+\d{4}\s*\]"),
+        re.compile(
+            r"^\s*\[\s*[^\W\d_]{2,4}\.?\s+[^\W\d_]{3,5}\.?\s+\d{1,2}\s+\d\d:\d\d:\d\d\s+\d{4}\s*(?:<\s*\d+\.\d+>)?\]"
+        ),
     ),
     # kern  :warn  : 2025-01-21T04:41:44,283302+00:00 NVRM: Xid (PCI:0000:cb:00): 13, ...
     (
@@ -215,6 +240,35 @@ class PrefixClock:
         self._syslog_cache: dict[str, float] = {}
         self._prefix_cache: dict[str, tuple[float | None, str | None]] = {}
         self.year_used = False  # a syslog stamp (which carries no year) took self.year
+        self._rel_base: float | None = None  # dmesg -H / delta: the time of the last line, from its date line
+        self.rel_ts: float | None = None  # the time of the line `relative` last read
+        self.no_base = 0  # relative lines with no date line before them: no wall time
+
+    def relative(self, line: str) -> bool:
+        """Track one line (any, GPU or not) of a relative shape (dmesg -H/-e, --time-format delta): True when it
+        is one, its time in `rel_ts` (None when no date line came before it)."""
+        m = _RE_REL_GAP.match(line)
+        if m:
+            if self._rel_base is None:
+                self.no_base += 1
+                self.rel_ts = None
+            else:
+                self._rel_base += float(m.group(1))
+                self.rel_ts = self._rel_base
+            return True
+        m = _RE_REL_DATE.match(line)
+        if m is None:
+            return False
+        mon = month_number(m.group(1))
+        t = None
+        if mon is not None and self.year is not None:
+            self.year_used = True
+            if self._last_month is not None and mon < self._last_month and self._last_month - mon > 6:
+                self.year += 1  # December -> January
+            self._last_month = mon
+            t = _utc(self.year, mon, int(m.group(2)), int(m.group(3)), int(m.group(4)), 0)
+        self._rel_base = self.rel_ts = t
+        return True
 
     def read(self, prefix: str) -> Stamp:
         """The text before a message -> (wall time, uptime, host), each None when the prefix does not say."""

@@ -24,6 +24,17 @@ KNOWN_OPS = (
     "sendrecv",
 )
 RE_OP = re.compile(r"(?<![A-Za-z0-9])(" + "|".join(KNOWN_OPS) + r")_perf(?:_mpi)?(?![A-Za-z0-9_])")
+# the collective as people write it beside the binary's name: a wrapper's `-t all_gather` / `--op allgather`,
+# a file named `nccl-allgather-h100.log`
+_OP_ALIASES = {op.replace("_", ""): op for op in KNOWN_OPS} | {"all2all": "alltoall", "a2a": "alltoall"}
+_RE_OP_ARG = re.compile(
+    r"(?:^|\s)(?:-t|--test|--op|--coll|--collective|--benchmark)(?:=|\s+)([A-Za-z_2]+?)(?:_perf)?(?![A-Za-z0-9_])"
+)
+_RE_OP_WORD = re.compile(
+    r"(?<![a-z])("
+    + "|".join(op.replace("_", "[-_]?") for op in sorted(KNOWN_OPS, key=len, reverse=True))
+    + r"|all2all)(?![a-z])"
+)
 _RE_NUM = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 INT64_MAX = (1 << 63) - 1
 
@@ -109,6 +120,17 @@ class NcclRun:
         return list(seen)
 
     @property
+    def finished(self) -> bool:
+        """The run printed its footer (`# Avg bus bandwidth`), or for -J its results: it did not hang or die."""
+        return bool(self.rows) and not self.truncated
+
+    @property
+    def model(self) -> str | None:
+        """The GPU model(s) of the device list (`... device  0 [0x1b] NVIDIA H100 80GB HBM3`), '+'-joined."""
+        models = sorted({r.model for r in self.ranks if r.model})
+        return "+".join(models) if models else None
+
+    @property
     def peak_busbw_gbps(self) -> float | None:
         vals = [v for r in self.rows for v in (r.oop_busbw_gbps, r.ip_busbw_gbps) if v is not None]
         return max(vals) if vals else None
@@ -155,6 +177,28 @@ def known_op(text: str | None) -> str | None:
         return text
     m = RE_OP.search(text if text.endswith("_perf") else text + "_perf")
     return m.group(1) if m else None
+
+
+def op_alias(word: str) -> str | None:
+    """'all_gather', 'allgather', 'AllGather', 'all2all' -> the collective, or None."""
+    return _OP_ALIASES.get(word.lower().replace("_", "").replace("-", ""))
+
+
+def op_from_args(line: str) -> str | None:
+    """The collective a wrapper's command line names by option (`run.sh -t all_gather`, `--op=allgather`): only
+    a known collective's name counts (nccl-tests' own `-t 1` is its thread count)."""
+    m = _RE_OP_ARG.search(line)
+    return op_alias(m.group(1)) if m else None
+
+
+def op_in_name(name: str) -> str | None:
+    """The collective in a file name (`all_gather_perf.log`, `nccl-allgather-h100.txt`), or None."""
+    m = RE_OP.search(name)
+    if m:
+        return m.group(1)
+    hits = {op_alias(w) for w in _RE_OP_WORD.findall(name.lower())}
+    hits.discard(None)
+    return hits.pop() if len(hits) == 1 else None
 
 
 _ELEM_SIZE = {

@@ -34,6 +34,7 @@ from fleettool.formats.nccl_run import (
     int_or_none,
     known_op,
     num,
+    op_from_args,
     wrong_count,
 )
 
@@ -178,6 +179,11 @@ class _TextParser:
             if st.cur is not None and st.cur.rows:
                 st.cur = None
             return
+        if "-" in body and not body[:1].isdigit():
+            arg_op = op_from_args(body)  # a wrapper's `-t all_gather`: a command line, as a binary's name is
+            if arg_op is not None:
+                self._op_line(st, body, arg_op)
+                return
         if "_perf" in body:
             mo = RE_OP.search(body)
             if mo is not None:
@@ -265,7 +271,9 @@ class _TextParser:
             cur.ranks.append(rk)
 
     def finish(self, op_hint: str | None) -> list[NcclRun]:
-        out = [r for r in self.runs if r.rows]  # a banner, a footer or a header alone is not a run
+        # a banner, a footer or a header alone is not a run; a banner with its device list and no row is one that
+        # started and never printed a result (hung, killed): kept, unfinished
+        out = [r for r in self.runs if r.rows or (r.ranks and r.ngpus is not None)]
         hint = known_op(op_hint)
         for r in out:
             r.truncated = id(r) not in self.footers

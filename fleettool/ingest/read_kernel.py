@@ -12,6 +12,7 @@ from pathlib import Path
 from fleettool.collectors.kmsg import kernel_events
 from fleettool.formats.errors import ParseIssue
 from fleettool.formats.kmsg import KernelLogParser, KernelRecord, parse_journal_entry, parse_kmsg_record
+from fleettool.ingest.dedup import drop_stored
 from fleettool.ingest.report import FileReport, IngestOptions
 from fleettool.model import Event
 from fleettool.recording.files import iter_lines
@@ -61,6 +62,8 @@ def _kernel_records(
     walled = len(events) - batch.boot_relative - batch.untimed
     # identity learnt in this file (announcements) applies to the events just read
     _fill_from_announcements(events, store)
+    events, dropped = drop_stored(store, events)  # a line another file (kern.log, its .gz, journalctl) stored
+    rep.duplicates += dropped
     rep.events += store.write_events(events)
     if "unknown" in rep.nodes and opts.node is None:
         rep.notes.append("no host name in the file: stored as node 'unknown' (give --node)")
@@ -87,6 +90,8 @@ def _wall_kind(rep: FileReport) -> str:
         return "journal __REALTIME_TIMESTAMP"
     if shape == "dmesg":
         return "uptime + the boot time learnt from a line carrying both"
+    if shape in ("dmesg -H", "dmesg --time-format delta"):
+        return f"{shape}: the last date line's minute (its seconds are not printed) plus the gaps since"
     return "the lines' own stamps"
 
 
@@ -115,8 +120,22 @@ def read_kernel_log(store: Store, path: Path, opts: IngestOptions, rep: FileRepo
     parser = KernelLogParser(year=year, host=None)
     lines = _naming_old_events(path, rep, iter_lines(path))
     _kernel_records(store, path, opts, rep, parser.feed_all(lines))
-    if parser.year_used:  # syslog stamps were read: they carry no year
+    if parser.year_used:  # syslog or dmesg -H stamps were read: they carry no year
         rep.notes.append(f"syslog stamps carry no year: {year} taken from {year_src}")
+    if parser.no_base_records:  # dmesg -H / delta gaps with no date line before them: no wall time to add to
+        rep.issues.append(
+            ParseIssue(
+                str(path),
+                parser.no_base_line,
+                f"{parser.no_base_records} GPU lines timed only by the gap to the line before ({rep.shape}) "
+                "and no date line before them: stored with no time (save `dmesg -T` or `--time-format iso`)",
+            )
+        )
+    elif parser.clock.no_base:
+        rep.notes.append(
+            f"{parser.clock.no_base} lines timed only by the gap to the line before ({rep.shape}), with no date "
+            "line before them: they have no wall time"
+        )
 
 
 def read_journal_json(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:

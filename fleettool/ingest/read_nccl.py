@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import hashlib
-import re
 from pathlib import Path
 
+from fleettool.formats.nccl_run import op_in_name
 from fleettool.formats.nccl_tests import NcclRun, parse_nccl_json, parse_nccl_text
 from fleettool.ingest.report import FileReport, IngestOptions, outside_time
 from fleettool.recording.files import iter_lines, read_text
@@ -14,8 +14,8 @@ from fleettool.units import parse_iso
 
 
 def _file_op_hint(path: Path) -> str | None:
-    m = re.search(r"([a-z_]+?)_perf", path.name)
-    return m.group(1) if m else None
+    """The collective the file's name gives (`all_gather_perf.log`, `nccl-allgather-h100.txt`)."""
+    return op_in_name(path.name)
 
 
 def _start_time(text: str | None) -> float | None:
@@ -52,11 +52,18 @@ def _store_nccl_runs(
             version=run.version or run.nccl_version,
             source=str(path),
             rows=run.rows,
+            model=run.model,
+            finished=run.finished,
         )
         rep.runs += 1
         rep.rows += len(run.rows)
         rep.nodes.update(nodes)
-        if getattr(run, "truncated", False):
+        if not run.rows:
+            rep.notes.append(
+                f"run {i + 1} (line {run.first_line}) did not finish: its device list and no result row "
+                "(hung or killed); stored as a run that did not finish"
+            )
+        elif getattr(run, "truncated", False):
             rep.partial.append(
                 f"run {i + 1} (line {run.first_line}) cut before its footer: kept {len(run.rows)} rows"
             )

@@ -61,6 +61,7 @@ class FileReport:
     boot_relative: int = 0  # events stored with only an uptime (no wall time in the file)
     untimed: int = 0  # events stored with no time at all
     identities: int = 0  # the driver's GPU announcement lines (PCI id -> UUID, serial)
+    duplicates: int = 0  # kernel lines already stored from another file (ingest.dedup): not stored again
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -86,7 +87,14 @@ class FileReport:
         lines, samples no fleettool metric maps, a cut; None when it stored something (a sample, event, run or GPU
         identity), was not read, or held nothing to store (a kernel log with no GPU event in it: that is its
         answer, and its summary says `0 events`)."""
-        if self.status not in (READ, PARTIAL) or self.rows or self.events or self.runs or self.identities:
+        if (
+            self.status not in (READ, PARTIAL)
+            or self.rows
+            or self.events
+            or self.runs
+            or self.identities
+            or self.duplicates
+        ):
             return None
         first = self.issues[0] if self.issues else None
         why = [f"{_lines(len(self.issues))} (first: line {first.line}: {first.message})"] if first else []
@@ -102,6 +110,11 @@ class FileReport:
         parts = [f"{self.rows} samples"] if self.rows or not (self.events or self.runs or kernel) else []
         if kernel or self.events:
             parts.append(f"{self.events} events" if self.events != 1 else "1 event")
+        if self.duplicates:
+            n = self.duplicates
+            parts.append(
+                f"{n} duplicate event{'s' if n != 1 else ''} dropped (already stored from another file)"
+            )
         if self.runs or self.format.startswith("nccl"):
             parts.append(f"{self.runs} runs" if self.runs != 1 else "1 run")
         if self.identities:
@@ -126,6 +139,7 @@ class FileReport:
             "time_source": self.time_source,
             "boot_relative_events": self.boot_relative,
             "untimed_events": self.untimed,
+            "duplicate_events": self.duplicates,
             "notes": self.notes,
             "nothing_stored": self.nothing_stored(),
         }

@@ -56,6 +56,12 @@ _RE_NCCL_NOISE = re.compile(r"NCCL (?:INFO|WARN)|#\s*Using devices|#\s*nccl-test
 
 _RE_MD = re.compile(r"^(?:#{1,6}\s+(?:[^\W\d_]|[`*\[])|```|\|.*\|\s*$|\s*[-*]\s+\S|\s*\d+\.\s+[A-Z`*])")
 _RE_WORD = re.compile(r"[^\W\d_]{2,}")
+# a line that starts with a time stamp (any program's log): `2026-12-05 10:01:02,123 INFO`, `[10:01:02]`,
+# `Dec  5 10:01:02`, `[  12.345]`, `I1205 10:01:02.123`: a file of them is a log, never "documentation"
+_RE_LOG_STAMP = re.compile(
+    r"^\s*\[?\s*(?:\d{4}[-/]\d\d[-/]\d\d[T ]\d\d:\d\d|\d\d:\d\d:\d\d|[^\W\d_]{3}\s+\d{1,2}\s+\d\d:\d\d"
+    r"|[+]?\d+\.\d+\s*\]|[IWEF]\d{4}\s+\d\d:\d\d)"
+)
 
 
 def _is_prose(line: str) -> bool:
@@ -203,6 +209,7 @@ def _identify_lines(lines: list[str]) -> Identity:
     n = len(lines)
     shapes: dict[str, int] = {}
     kernel = raw_kmsg = expo = expo_comments = nccl_struct = nccl_noise = markdown = prose = gpu_kernel = 0
+    stamped = 0  # lines of another program's log (a time stamp first)
     nccl_kinds: set[int] = set()
     for ln in lines:
         if _RE_GPU_KERNEL.search(ln):
@@ -244,7 +251,9 @@ def _identify_lines(lines: list[str]) -> Identity:
         if _RE_EXPO_SAMPLE.match(ln):
             expo += 1
             continue
-        if _RE_MD.match(ln):
+        if _RE_LOG_STAMP.match(ln):
+            stamped += 1
+        elif _RE_MD.match(ln):
             markdown += 1
         elif _is_prose(ln):
             prose += 1
@@ -268,6 +277,8 @@ def _identify_lines(lines: list[str]) -> Identity:
     commas = lines[0].count(",") if lines else 0
     if commas >= 2 and sum(1 for ln in lines if ln.count(",") >= commas) * 10 >= n * 6:
         return Identity("unknown", why="a CSV table, not a recording")
+    if stamped >= max(1, n // 4) and stamped >= doc:
+        return Identity("unknown", why=_log_why(lines, stamped, n, gpu_kernel))
     if doc >= max(1, n // 4):
         kind = "Markdown" if markdown else "prose"
         return Identity("unknown", why=f"documentation ({kind}), not a recording")
@@ -278,6 +289,16 @@ def _identify_lines(lines: list[str]) -> Identity:
         )
     first = lines[0][:60] if lines else ""
     return Identity("unknown", why=f"not a format fleettool reads (first line: {first!r})")
+
+
+def _log_why(lines: list[str], stamped: int, n: int, gpu_kernel: int) -> str:
+    """Why a log no reader takes is skipped: what it looked like, with its first stamped line."""
+    first = next((ln for ln in lines if _RE_LOG_STAMP.match(ln)), "")[:60]
+    gpu = f", {gpu_kernel} NVRM lines among them" if gpu_kernel else ", no NVRM line"
+    return (
+        f"a program's log ({stamped} of {n} lines start with a time stamp{gpu}; first: {first!r}), "
+        "not a kernel log, nccl-tests output nor metrics"
+    )
 
 
 def refine_metrics(head: str) -> str:

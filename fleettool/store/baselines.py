@@ -48,9 +48,9 @@ def loaded_gpu_means(store: Store, metric: str, load_min: float) -> list[tuple[s
 
 def nccl_largest_busbw(store: Store) -> list[tuple[str, str, str, int, float | None]]:
     """(model, driver, op, ranks, busbw) per NCCL run: the best busbw at its largest message size (the SKU of
-    the run's first node)."""
+    the run's own device list, else of its first node in the inventory)."""
     rows = store.query(
-        """SELECT coalesce(g.model, '?') AS model, coalesce(g.driver, '?') AS driver, r.op, r.ranks,
+        """SELECT coalesce(r.model, g.model, '?') AS model, coalesce(g.driver, '?') AS driver, r.op, r.ranks,
                   (SELECT max(greatest(coalesce(x.ip_busbw_gbps, 0), coalesce(x.oop_busbw_gbps, 0)))
                      FROM nccl_rows x WHERE x.run_id = r.run_id
                        AND x.size_bytes = (SELECT max(size_bytes) FROM nccl_rows y WHERE y.run_id = r.run_id))

@@ -2,7 +2,7 @@
 
 import re
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # The marker that makes a DuckDB file a fleettool store: this row in `meta`. Stores written before the marker
 # existed are recognised by their shape (a `meta` table with a schema_version row, and no table fleettool never
@@ -36,6 +36,10 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS nccl_runs (
         run_id VARCHAR PRIMARY KEY, ts TIMESTAMP, op VARCHAR, ranks INTEGER, nodes VARCHAR[],
         avg_busbw_gbps DOUBLE, peak_busbw_gbps DOUBLE, wrong BIGINT, version VARCHAR, source VARCHAR)""",
+    # version 5: the GPU model of the run's device list (peers are runs of one SKU), and whether the run finished
+    # (printed its footer: a hung or killed run is stored, finished = false); NULL in runs stored before
+    """ALTER TABLE nccl_runs ADD COLUMN IF NOT EXISTS model VARCHAR""",
+    """ALTER TABLE nccl_runs ADD COLUMN IF NOT EXISTS finished BOOLEAN""",
     """CREATE TABLE IF NOT EXISTS nccl_rows (
         run_id VARCHAR NOT NULL, size_bytes BIGINT, count BIGINT, dtype VARCHAR, redop VARCHAR, root INTEGER,
         oop_time_us DOUBLE, oop_algbw_gbps DOUBLE, oop_busbw_gbps DOUBLE, oop_wrong BIGINT,

@@ -223,14 +223,31 @@ class TelemetryWrites(Connection):
         version: str | None,
         source: str,
         rows: Sequence[Any],
+        model: str | None = None,
+        finished: bool | None = None,
     ) -> None:
-        """One nccl-tests invocation and every row of its table."""
+        """One nccl-tests invocation and every row of its table (none for a run that never printed one), the GPU
+        model of its device list, and whether it finished (printed its footer)."""
         import pyarrow as pa  # here, not at import: readers never load it
 
         t = None if ts is None else db_time(ts)
         self.con.execute(
-            "INSERT OR REPLACE INTO nccl_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [run_id, t, op, ranks, nodes, avg_busbw_gbps, peak_busbw_gbps, wrong, version, source],
+            "INSERT OR REPLACE INTO nccl_runs (run_id, ts, op, ranks, nodes, avg_busbw_gbps, peak_busbw_gbps, "
+            "wrong, version, source, model, finished) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                run_id,
+                t,
+                op,
+                ranks,
+                nodes,
+                avg_busbw_gbps,
+                peak_busbw_gbps,
+                wrong,
+                version,
+                source,
+                model,
+                finished,
+            ],
         )
         self.con.execute("DELETE FROM nccl_rows WHERE run_id = ?", [run_id])
         if rows:

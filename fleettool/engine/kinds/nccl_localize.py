@@ -1,8 +1,8 @@
 """nccl_localize: the slow node, from NCCL test runs in the store.
 
 Only like is compared with like: runs of the same shape (op, number of nodes, ranks per node, the largest
-message size of the sweep, and the GPU model of the nodes as the inventory knows it; "unknown" is a model of
-its own). A 2-node run is bound by the network and a 1-node run by NVLink; an A100's busbw is not an H100's.
+message size of the sweep, and the GPU model: the run's own device list's, else the nodes' as the inventory
+knows it; "unknown" is a model of its own). A 2-node run is bound by the network and a 1-node run by NVLink; an A100's busbw is not an H100's.
 A shape with fewer than three runs has no comparable peers and is never judged (`fleettool nccl` says so).
 
 Pairwise runs (two nodes): a run is slow when its large-message busbw sits below (1 - slow_fraction) x the
@@ -47,8 +47,8 @@ def shapes(store: Store, min_size: int = 0) -> list[dict[str, Any]]:
                 sku AS (SELECT node, string_agg(DISTINCT model, '+' ORDER BY model) AS model FROM gpus
                         WHERE model IS NOT NULL GROUP BY node)
            SELECT r.run_id, r.ts, r.op, r.ranks, r.nodes, r.peak_busbw_gbps, bw.busbw AS big, big.size,
-                  (SELECT string_agg(DISTINCT coalesce(s.model, 'unknown GPU'), ' | ' ORDER BY 1)
-                     FROM unnest(r.nodes) AS u(n) LEFT JOIN sku s ON s.node = u.n) AS sku
+                  coalesce(r.model, (SELECT string_agg(DISTINCT coalesce(s.model, 'unknown GPU'), ' | ' ORDER BY 1)
+                     FROM unnest(r.nodes) AS u(n) LEFT JOIN sku s ON s.node = u.n)) AS sku
            FROM nccl_runs r LEFT JOIN big USING (run_id) LEFT JOIN bw USING (run_id)""",
         {"min_size": int(min_size)},
     )

@@ -1,0 +1,89 @@
+"""The same kernel line stored once: a line saved in `kern.log` and in a `journalctl -k` dump, or a file and its
+`.gz`, is one event, whichever file is read first.
+
+An event is keyed by what it says and when: its node, kind and code, its time to the whole second (the precision
+every kernel-log shape shares: syslog and `dmesg -T` stamps carry seconds, journalctl short-precise and
+/dev/kmsg microseconds) or, with no wall time, its uptime, and its message as the driver wrote it (the text from
+`NVRM:` / `SXid` on, its spaces collapsed: the prefix of each shape differs). Keys are counted, not only matched:
+a file holding a line twice in one second, read after a file that held it once, adds one. Two lines with the same
+text at different times are two events. Lines with no time at all are never merged (nothing says they are one).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Hashable
+
+from fleettool.model import Event
+from fleettool.store import Store
+
+_RE_BODY = re.compile(r"NVRM:|nvidia-nvswitch\d*: SXid|SXid \(|Linux version ")
+_RE_SPACE = re.compile(r"\s+")
+
+
+def said(raw: str | None, message: str | None) -> str:
+    """What a kernel line says, without the prefix its shape put before it."""
+    text = raw or message or ""
+    m = _RE_BODY.search(text)
+    return _RE_SPACE.sub(" ", text[m.start() if m else 0 :]).strip()
+
+
+def _uptime(detail: object) -> float | None:
+    if isinstance(detail, str):
+        try:
+            detail = json.loads(detail)
+        except ValueError:
+            return None
+    up = detail.get("uptime") if isinstance(detail, dict) else None
+    return round(float(up), 6) if isinstance(up, (int, float)) else None
+
+
+def key(
+    node: str, kind: str, code: int | None, ts: float | None, uptime: float | None, text: str
+) -> Hashable | None:
+    """The identity of one kernel event, or None for one with no time (never merged)."""
+    if ts is not None:
+        return (node, kind, code, "t", math.floor(ts + 1e-7), text)
+    if uptime is not None:
+        return (node, kind, code, "up", uptime, text)
+    return None
+
+
+def drop_stored(store: Store, events: list[Event]) -> tuple[list[Event], int]:
+    """The events not already in the store (by key, counted), and how many were dropped as duplicates."""
+    keyed = [
+        (ev, key(ev.node, ev.kind, ev.code, ev.ts, _uptime(ev.detail), said(ev.raw, ev.message)))
+        for ev in events
+    ]
+    if not any(k is not None for _, k in keyed):
+        return events, 0
+    nodes = sorted({ev.node for ev, k in keyed if k is not None})
+    times = [ev.ts for ev, k in keyed if k is not None and ev.ts is not None]
+    lo = math.floor(min(times)) if times else 0
+    hi = math.floor(max(times)) + 1 if times else 0
+    rows = store.query(
+        """SELECT node, kind, code, epoch_us(ts) / 1e6 AS t, raw, message, detail FROM events
+           WHERE list_contains(?, node)
+             AND ((ts IS NOT NULL AND ts >= make_timestamp(CAST(? AS BIGINT) * 1000000) AND ts < make_timestamp(CAST(? AS BIGINT) * 1000000))
+                  OR (ts IS NULL AND detail IS NOT NULL))""",
+        [nodes, lo, hi],
+    )
+    have: Counter[Hashable] = Counter()
+    for r in rows:
+        k = key(r["node"], r["kind"], r["code"], r["t"], _uptime(r["detail"]), said(r["raw"], r["message"]))
+        if k is not None:
+            have[k] += 1
+    if not have:
+        return events, 0
+    out: list[Event] = []
+    dropped = 0
+    for ev, k in keyed:
+        if k is not None and have[k] > 0:
+            have[k] -= 1
+            dropped += 1
+            continue
+        out.append(ev)
+    return out, dropped
