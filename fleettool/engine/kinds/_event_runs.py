@@ -76,23 +76,23 @@ def big_entities(store: Store, where: str, params: dict[str, Any]) -> list[str]:
 
 
 _RUNS = """
-WITH l AS (SELECT *, rowid AS rid, {key} AS key FROM events WHERE {where} AND list_contains($big, {tag})),
-d AS (SELECT node, gpu, key, ts, count(*) AS n FROM l GROUP BY ALL),
+WITH l AS (SELECT rowid AS rid, ts, node, gpu, {key} AS key FROM events
+           WHERE {where} AND list_contains($big, {tag})),
 s AS (SELECT *, min(ts) OVER (PARTITION BY node, gpu, key ORDER BY ts
                               RANGE BETWEEN INTERVAL 1 SECOND PRECEDING AND CURRENT ROW) + INTERVAL 1 SECOND AS off
-      FROM d),
+      FROM l),
 c AS (SELECT *, coalesce(epoch_us(ts) - lag(epoch_us(off)) OVER w >= $cut, true) AS brk FROM s
-      WINDOW w AS (PARTITION BY node, gpu, key ORDER BY ts)),
-g AS (SELECT *, sum(brk::INTEGER) OVER (PARTITION BY node, gpu, key ORDER BY ts ROWS UNBOUNDED PRECEDING) AS run
+      WINDOW w AS (PARTITION BY node, gpu, key ORDER BY ts, rid)),
+g AS (SELECT *, sum(brk::INTEGER) OVER (PARTITION BY node, gpu, key ORDER BY ts, rid ROWS UNBOUNDED PRECEDING) AS run
       FROM c),
-r AS (SELECT node, gpu, key, run, min(ts) AS t0, max(ts) AS t1, arg_max(off, ts) AS off, sum(n)::BIGINT AS n,
-             min(ts) AS lo, max(ts) AS hi FROM g GROUP BY ALL)
-SELECT l.ts, l.node, l.gpu, l.key, l.kind, l.code, l.message, l.pci_bus_id, l.uuid, l.detail::VARCHAR AS detail,
-       r.run, r.t0, r.t1, r.off, r.n
-FROM l JOIN r ON l.node = r.node AND l.gpu IS NOT DISTINCT FROM r.gpu AND l.key = r.key
-              AND l.ts BETWEEN r.lo AND r.hi
-QUALIFY row_number() OVER (PARTITION BY l.node, l.gpu, l.key, r.run ORDER BY l.ts DESC, l.rid DESC) <= {keep}
-ORDER BY l.node, l.gpu, l.key, l.ts, l.rid
+h AS (SELECT rid, key, run, min(ts) OVER p AS t0, max(ts) OVER p AS t1, arg_max(off, ts) OVER p AS off,
+             count(*) OVER p AS n, row_number() OVER (PARTITION BY node, gpu, key, run ORDER BY ts DESC, rid DESC) AS back
+      FROM g WINDOW p AS (PARTITION BY node, gpu, key, run)),
+k AS (SELECT * FROM h WHERE back <= {keep})
+SELECT e.ts, e.node, e.gpu, k.key, e.kind, e.code, e.message, e.pci_bus_id, e.uuid, e.detail::VARCHAR AS detail,
+       k.run, k.t0, k.t1, k.off, k.n
+FROM events e JOIN k ON e.rowid = k.rid
+ORDER BY e.node, e.gpu, k.key, e.ts, e.rowid
 """
 
 
