@@ -17,8 +17,9 @@ import functools
 import json
 from typing import Any
 
-from fleettool.engine.kinds import _event_runs
 from fleettool.engine.kinds._base import Entity, Kind, KindResult, RuleLike, Verdict
+from fleettool.engine.kinds._event_runs import TAG, Lines, big_entities, foldable, marks
+from fleettool.engine.kinds._event_runs import runs as run_lines
 from fleettool.engine.kinds._held import episode, holds_line, older_sql
 from fleettool.engine.kinds._promql import (
     EVENT_WINDOW,
@@ -63,8 +64,8 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
         params["codes"] = [int(c) for c in codes]
     where = q.split(" FROM events WHERE ", 1)[1]
     # an entity of many lines (a storm) is folded into runs in SQL (kinds/_event_runs.py); the rest line by line
-    big = _event_runs.big_entities(store, where, params) if _event_runs.foldable(r) else []
-    mine = f" AND NOT list_contains($big, {_event_runs.TAG})" if big else ""
+    big = big_entities(store, where, params) if foldable(r) else []
+    mine = f" AND NOT list_contains($big, {TAG})" if big else ""
     # ties in the log's own order (rowid: the order the lines were stored in)
     rows = read(store, q + mine + " ORDER BY node, gpu, ts, rowid", {**params, "big": big} if big else params)
     older = older_sql(kinds, params.get("codes"))
@@ -108,7 +109,7 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
         lst.append((t, True, value))
         lst.append((t + 1.0, False, None))
     if big:
-        _fold(res, _event_runs.runs(store, where, params, big, float(r.keep_s)))
+        _fold(res, run_lines(store, where, params, big, float(r.keep_s)))
     if held:
         _hold(store, res, held, start, end)
     if "xid" in kinds and r.p("use_xid_policy", True):
@@ -166,7 +167,7 @@ def _fold(res: KindResult, rows: list[dict[str, Any]]) -> None:
     of each as line dicts, each run's count."""
     for row in rows:
         ent = (row["node"], row["gpu"], row["key"])
-        ex = res.extra.setdefault(ent, {"events": [], "lines": _event_runs.Lines()})
+        ex = res.extra.setdefault(ent, {"events": [], "lines": Lines()})
         t, code = epoch(row["ts"]), row["code"]
         ex["events"].append(
             {
@@ -200,15 +201,15 @@ def _history(store: Store, res: KindResult, codes: list[int] | None, start: floa
     want = [c for c in repeat_codes() if not codes or c in codes]
     if not want:
         return
-    for ent, m in _event_runs.marks(store, want, start, end, start - HISTORY_S).items():
+    for ent, m in marks(store, want, start, end, start - HISTORY_S).items():
         if ent in res.obs:  # only the entities judged now need their past
-            got = res.extra[ent].setdefault("lines", _event_runs.Lines())
+            got = res.extra[ent].setdefault("lines", Lines())
             got.bursts, got.epochs, got.last_before = m.bursts, m.epochs, m.last_before
 
 
 def refine(r: RuleLike, first_seen: float, last_seen: float, extra: dict[str, Any], v: Verdict) -> None:
     """The finding's lines as evidence; its severity, category, action and incident from its last line."""
-    lines: _event_runs.Lines = v.evidence.pop("lines", None) or _event_runs.Lines()
+    lines: Lines = v.evidence.pop("lines", None) or Lines()
     evs = [e for e in extra.get("events", []) if first_seen - 1 <= e["ts"] <= last_seen + 1]
     count = lines.count(first_seen, last_seen) if lines.runs else len(evs)  # folded: only some lines kept
     v.evidence["events"] = evs[-20:]
@@ -239,7 +240,7 @@ def refine(r: RuleLike, first_seen: float, last_seen: float, extra: dict[str, An
 
 
 def _escalation(
-    j: Judgement, lines: _event_runs.Lines, evs: list[dict[str, Any]], upto: float
+    j: Judgement, lines: Lines, evs: list[dict[str, Any]], upto: float
 ) -> tuple[Severity, Action, str] | None:
     """The repeat policy over the entity's lines up to `upto` (history included): the boot epochs they span,
     and the bursts (lines more than the policy's gap apart) within its window before the last of them."""
