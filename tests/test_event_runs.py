@@ -30,6 +30,8 @@ PCI = "0000:44:00"
 
 
 def _line(code: int, i: int) -> str:
+    if code == 13:  # an SM exception on one GPC/TPC: its repeats escalate
+        return f"NVRM: Xid (PCI:{PCI}): 13, pid={1000 + i}, name=python3, Graphics SM Warp Exception on (GPC 3, TPC 1, SM 0): Out Of Range Address"
     return f"NVRM: Xid (PCI:{PCI}): {code}, pid={1000 + i}, name=python3, Ch {i % 256:08x}"
 
 

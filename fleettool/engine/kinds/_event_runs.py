@@ -44,7 +44,7 @@ class Lines:
     """What `refine` needs of an entity's lines beyond the line dicts in extra['events']."""
 
     runs: list[tuple[float, float, int]] = field(default_factory=list)  # folded runs: first, last line, count
-    bursts: list[float] = field(default_factory=list)  # where a burst starts (history included)
+    bursts: list[tuple[float, str]] = field(default_factory=list)  # where a burst starts, and on what place
     epochs: list[tuple[float, int]] = field(default_factory=list)  # first line of each boot epoch
     last_before: float | None = None  # the last line before the window
 
@@ -107,17 +107,18 @@ def runs(
 
 _MARKS = """
 WITH gaps(code, gap_us) AS (VALUES {gaps}),
-l AS (SELECT DISTINCT node, gpu, {key} AS key, code, coalesce(ts, $end) AS ts FROM events
+l AS (SELECT DISTINCT node, gpu, {key} AS key, code, coalesce(ts, $end) AS ts, {place} AS place FROM events
       WHERE kind = 'xid' AND code IN (SELECT unnest($codes)) AND (ts IS NULL OR ts BETWEEN $lo AND $end)
       {older}),
 e AS (SELECT l.*, (SELECT count(*) FROM events b WHERE b.kind = 'boot' AND b.node = l.node
                    AND b.ts IS NOT NULL AND b.ts < l.ts) AS epoch FROM l),
 g AS (SELECT e.*, gap_us,
-             lag(ts) OVER (PARTITION BY node, gpu, key ORDER BY ts) AS prev,
+             lag(ts) OVER (PARTITION BY node, gpu, key, place ORDER BY ts) AS prev,
              row_number() OVER (PARTITION BY node, gpu, key, epoch ORDER BY ts) AS nth,
              max(ts) FILTER (WHERE ts < $start) OVER (PARTITION BY node, gpu, key) AS last_before
       FROM e JOIN gaps USING (code))
-SELECT node, gpu, key, ts, epoch, prev IS NULL OR epoch_us(ts) - epoch_us(prev) > gap_us AS burst,
+SELECT node, gpu, key, ts, epoch, place,
+       place IS NOT NULL AND (prev IS NULL OR epoch_us(ts) - epoch_us(prev) > gap_us) AS burst,
        nth = 1 AS first, last_before
 FROM g WHERE prev IS NULL OR epoch_us(ts) - epoch_us(prev) > gap_us OR nth = 1 OR ts = last_before
 ORDER BY node, gpu, key, ts
@@ -131,27 +132,46 @@ def marks(
     the window as the kind reads it: where its bursts start, the first line of each boot epoch, the last line
     before the window."""
     gaps = ", ".join(f"({c}, {round(_gap_s(c) * 1e6)})" for c in codes)
+    place = _place_sql(codes)
     older = older_sql(["xid"], codes)
     extra = ""
     if older is not None:  # a held line the kind reads however old (its GPU may still be gone)
         extra = (
-            f"UNION SELECT node, gpu, {KEY}, code, ts FROM events WHERE kind = 'xid' "
+            f"UNION SELECT node, gpu, {KEY}, code, ts, {place} FROM events WHERE kind = 'xid' "
             f"AND code IN (SELECT unnest($codes)) AND {older} "
             "QUALIFY row_number() OVER (PARTITION BY node, gpu, kind, code ORDER BY ts DESC) = 1"
         )
-    sql = _MARKS.format(gaps=gaps, key=KEY, older=extra)
+    sql = _MARKS.format(gaps=gaps, key=KEY, older=extra, place=place)
     params = {"codes": codes, "start": ts_param(start), "end": ts_param(end), "lo": ts_param(lo)}
     out: dict[tuple[str, int | None, str], Lines] = {}
     for row in read(store, sql, params):
         m = out.setdefault((row["node"], row["gpu"], row["key"]), Lines())
         t = epoch(row["ts"])
         if row["burst"]:
-            m.bursts.append(t)
+            m.bursts.append((t, row["place"]))
         if row["first"]:
             m.epochs.append((t, int(row["epoch"])))
         if row["last_before"] is not None:
             m.last_before = epoch(row["last_before"])
     return out
+
+
+def _place_sql(codes: list[int]) -> str:
+    """Where a line's repeats are counted: '' (the whole GPU), or, for a policy with `same` (XID 13: gpc, tpc),
+    those fields of the line, from its detail or else its text (a line stored before they were parsed); NULL
+    when the line names none of them: it starts no burst."""
+    alts = []
+    for c in codes:
+        rep = judge(c).repeat
+        if rep is None or not rep.same:
+            continue
+        parts = []
+        for f in rep.same:  # "GPC 7, TPC 7": the fields as the line names them, "(GPC 7, TPC 7, SM 0)"
+            word = f.upper()
+            got = f"coalesce(detail->>'{f}', nullif(regexp_extract(message, '\\b{word} (\\d+)', 1), ''))"
+            parts.append(f"'{word} ' || {got}")
+        alts.append(f"WHEN code = {c} THEN " + " || ', ' || ".join(parts))
+    return f"CASE {' '.join(alts)} ELSE '' END" if alts else "''"
 
 
 def _gap_s(code: int) -> float:

@@ -254,11 +254,16 @@ def _escalation(
         epochs = {n for t, n in lines.epochs if t <= upto}
         if len(epochs) >= rep.reboots + 1:
             return rep.severity, rep.action, f"seen in {len(epochs)} boots: {rep.reason}"
-    if rep.incidents is not None:
+    if rep.incidents is not None:  # on one place: the GPU, or (XID 13) one GPC/TPC of it
         within = rep.within_s or float("inf")
-        recent = [t for t in lines.bursts if t <= upto and last - t <= within]
-        if len(recent) >= rep.incidents:
-            return rep.severity, rep.action, f"{len(recent)} separate bursts: {rep.reason}"
+        recent: dict[str, int] = {}
+        for t, place in lines.bursts:
+            if t <= upto and last - t <= within:
+                recent[place] = recent.get(place, 0) + 1
+        place, n = max(recent.items(), key=lambda pn: (pn[1], pn[0]), default=("", 0))
+        if n >= rep.incidents:
+            on = f" on {place}" if place else ""
+            return rep.severity, rep.action, f"{n} separate bursts{on}: {rep.reason}"
     return None
 
 
