@@ -37,6 +37,7 @@ class RepeatRule:
     incidents: int | None = None  # or in this many separate bursts ...
     within_s: float | None = None  # ... within this window
     gap_s: float = 600.0  # lines closer than this are one burst
+    same: tuple[str, ...] = ()  # bursts on one place: these fields of the line (gpc, tpc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,7 @@ def _repeat(name: str | None) -> RepeatRule | None:
         incidents=prof.get("incidents"),
         within_s=parse_duration(prof["within"]) if "within" in prof else None,
         gap_s=parse_duration(prof.get("gap", "10m")),
+        same=tuple(str(f) for f in prof.get("same", ())),
     )
 
 

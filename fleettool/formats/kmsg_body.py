@@ -82,6 +82,10 @@ _RE_NVLINK5 = re.compile(
 #   nvidia-nvswitch2: SXid (PCI:0000:85:00.0): 12028, Non-fatal, Link 61 egress non-posted PRIV error (First)
 _RE_LINK = re.compile(r"\b[Ll]ink\s*(\d+)")
 
+# Xid 13 from an SM: where on the chip (NVIDIA's catalog: hardware only if it repeats on the same GPC/TPC):
+#   Xid (PCI:0000:cb:00): 13, ..., Graphics SM Warp Exception on (GPC 7, TPC 7, SM 0): Illegal Instruction Parameter
+_RE_GPC = re.compile(r"\(GPC (\d+), TPC (\d+)(?:, SM (\d+))?\)")
+
 # Xid 154: the recovery action the driver now asks for:
 #   Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)
 # groups: old code, old name, new code, new name
@@ -232,6 +236,12 @@ class BodyReader:
             ml = _RE_LINK.search(msg)
             if ml:
                 detail["link"] = int(ml.group(1))
+        if code == 13:
+            mg = _RE_GPC.search(msg)
+            if mg:
+                detail.update(gpc=int(mg.group(1)), tpc=int(mg.group(2)))
+                if mg.group(3) is not None:
+                    detail["sm"] = int(mg.group(3))
         if code == 154:
             m154 = _RE_154.search(msg)
             if m154:

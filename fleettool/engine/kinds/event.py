@@ -18,6 +18,8 @@ import json
 from typing import Any
 
 from fleettool.engine.kinds._base import Entity, Kind, KindResult, RuleLike, Verdict
+from fleettool.engine.kinds._event_runs import TAG, Lines, big_entities, foldable, marks
+from fleettool.engine.kinds._event_runs import runs as run_lines
 from fleettool.engine.kinds._held import episode, holds_line, older_sql
 from fleettool.engine.kinds._promql import (
     EVENT_WINDOW,
@@ -60,7 +62,12 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
     if codes:
         q += " AND code IN (SELECT unnest($codes))"
         params["codes"] = [int(c) for c in codes]
-    rows = read(store, q + " ORDER BY node, gpu, ts", params)
+    where = q.split(" FROM events WHERE ", 1)[1]
+    # an entity of many lines (a storm) is folded into runs in SQL (kinds/_event_runs.py); the rest line by line
+    big = big_entities(store, where, params) if foldable(r) else []
+    mine = f" AND NOT list_contains($big, {TAG})" if big else ""
+    # ties in the log's own order (rowid: the order the lines were stored in)
+    rows = read(store, q + mine + " ORDER BY node, gpu, ts, rowid", {**params, "big": big} if big else params)
     older = older_sql(kinds, params.get("codes"))
     if older is not None:  # held lines before the window, while their GPU may still be gone
         q = q.replace("(ts IS NULL OR ts BETWEEN $start AND $end)", older)
@@ -101,10 +108,12 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
             continue
         lst.append((t, True, value))
         lst.append((t + 1.0, False, None))
+    if big:
+        _fold(res, run_lines(store, where, params, big, float(r.keep_s)))
     if held:
         _hold(store, res, held, start, end)
     if "xid" in kinds and r.p("use_xid_policy", True):
-        _history(store, res, params.get("codes"), start)
+        _history(store, res, params.get("codes"), start, end)
     for obs in res.obs.values():
         obs.sort(key=lambda o: (o[0], not o[1]))
     return res
@@ -153,37 +162,62 @@ def repeat_codes() -> tuple[int, ...]:
     return tuple(c for c in sorted(catalog()) if judge(c).repeat is not None)
 
 
-def _history(store: Store, res: KindResult, codes: list[int] | None, start: float) -> None:
-    """The lines of codes with a repeat policy in the HISTORY_S before the window, per entity, so a repeat is
-    judged with its history whatever the window: the agent's trailing lookback (70 min for XIDs) never saw
-    the earlier bursts or boots, replay's whole range did."""
+def _fold(res: KindResult, rows: list[dict[str, Any]]) -> None:
+    """The runs of the folded entities (kinds/_event_runs.py): three observations a run, the last KEEP lines
+    of each as line dicts, each run's count."""
+    for row in rows:
+        ent = (row["node"], row["gpu"], row["key"])
+        ex = res.extra.setdefault(ent, {"events": [], "lines": Lines()})
+        t, code = epoch(row["ts"]), row["code"]
+        ex["events"].append(
+            {
+                "ts": t,
+                "kind": row["kind"],
+                "code": code,
+                "message": row["message"],
+                "pci_bus_id": row["pci_bus_id"],
+                "uuid": row["uuid"],
+                "detail": json.loads(row["detail"]) if row["detail"] else {},
+            }
+        )
+        runs = ex["lines"].runs
+        t0, t1 = epoch(row["t0"]), epoch(row["t1"])
+        if runs and runs[-1][0] == t0:
+            continue
+        runs.append((t0, t1, int(row["n"])))
+        value = float(code) if code is not None else None
+        lst = res.obs.setdefault(ent, [])
+        lst.append((t0, True, value))
+        if t1 > t0:
+            lst.append((t1, True, value))
+        lst.append((epoch(row["off"]), False, None))
+
+
+def _history(store: Store, res: KindResult, codes: list[int] | None, start: float, end: float) -> None:
+    """What a repeat policy needs of the lines of codes with one, from HISTORY_S before the window to its end
+    (kinds/_event_runs.py marks), per entity judged now, so a repeat is judged with its history whatever the
+    window: the agent's trailing lookback (70 min for XIDs) never saw the earlier bursts or boots, replay's
+    whole range did."""
     want = [c for c in repeat_codes() if not codes or c in codes]
     if not want:
         return
-    rows = read(
-        store,
-        "SELECT ts, node, gpu, pci_bus_id, code FROM events WHERE kind = 'xid' AND code IN (SELECT unnest($codes)) "
-        "AND ts >= $lo AND ts < $start ORDER BY node, gpu, ts",
-        {"codes": want, "lo": ts_param(start - HISTORY_S), "start": ts_param(start)},
-    )
-    for row in rows:
-        key = f"xid:{row['code']}"
-        if row["gpu"] is None and row["pci_bus_id"]:
-            key += f"@{row['pci_bus_id']}"
-        ent = (row["node"], row["gpu"], key)
+    for ent, m in marks(store, want, start, end, start - HISTORY_S).items():
         if ent in res.obs:  # only the entities judged now need their past
-            res.extra[ent].setdefault("history", []).append({"ts": epoch(row["ts"]), "code": row["code"]})
+            got = res.extra[ent].setdefault("lines", Lines())
+            got.bursts, got.epochs, got.last_before = m.bursts, m.epochs, m.last_before
 
 
 def refine(r: RuleLike, first_seen: float, last_seen: float, extra: dict[str, Any], v: Verdict) -> None:
     """The finding's lines as evidence; its severity, category, action and incident from its last line."""
+    lines: Lines = v.evidence.pop("lines", None) or Lines()
     evs = [e for e in extra.get("events", []) if first_seen - 1 <= e["ts"] <= last_seen + 1]
+    count = lines.count(first_seen, last_seen) if lines.runs else len(evs)  # folded: only some lines kept
     v.evidence["events"] = evs[-20:]
-    v.evidence["event_count"] = len(evs)
+    v.evidence["event_count"] = count
     last = evs[-1] if evs else None
     if last is None:
         return
-    v.summary_kw.update(code=last["code"], message=last["message"][:120], count=len(evs))
+    v.summary_kw.update(code=last["code"], message=last["message"][:120], count=count)
     if last["kind"] == "xid" and r.p("use_xid_policy", True):
         j = judge(int(last["code"]), last.get("detail") or {})
         v.severity, v.category, v.action = j.severity, j.category, j.action
@@ -191,8 +225,7 @@ def refine(r: RuleLike, first_seen: float, last_seen: float, extra: dict[str, An
         v.evidence["judgement"] = j.reason
         v.incident = INCIDENT_OF_CATEGORY.get(j.category.value, "xid")
         # repeats up to this finding's last line, never after it (a whole replay's range holds the future too)
-        past = [e for e in [*extra.get("history", []), *extra.get("events", [])] if e["ts"] <= last_seen + 1]
-        esc = _escalation(j, past, extra.get("boots", []))
+        esc = _escalation(j, lines, extra.get("events", []), last_seen + 1)
         if esc is not None:
             v.severity, v.action, why = esc
             v.evidence["escalated"] = why
@@ -207,25 +240,30 @@ def refine(r: RuleLike, first_seen: float, last_seen: float, extra: dict[str, An
 
 
 def _escalation(
-    j: Judgement, evs: list[dict[str, Any]], boots: list[float]
+    j: Judgement, lines: Lines, evs: list[dict[str, Any]], upto: float
 ) -> tuple[Severity, Action, str] | None:
+    """The repeat policy over the entity's lines up to `upto` (history included): the boot epochs they span,
+    and the bursts (lines more than the policy's gap apart) within its window before the last of them."""
     rep = j.repeat
-    if rep is None or not evs:
+    before = [] if lines.last_before is None else [lines.last_before]
+    times = [e["ts"] for e in evs if e["ts"] <= upto] + before
+    if rep is None or not times:
         return None
-    times = sorted(e["ts"] for e in evs)
+    last = max(times)
     if rep.reboots is not None:
-        epochs = {sum(1 for b in boots if b < t) for t in times}
+        epochs = {n for t, n in lines.epochs if t <= upto}
         if len(epochs) >= rep.reboots + 1:
             return rep.severity, rep.action, f"seen in {len(epochs)} boots: {rep.reason}"
-    if rep.incidents is not None:
-        bursts = [times[0]]
-        for a, b in zip(times, times[1:], strict=False):
-            if b - a > rep.gap_s:
-                bursts.append(b)
+    if rep.incidents is not None:  # on one place: the GPU, or (XID 13) one GPC/TPC of it
         within = rep.within_s or float("inf")
-        recent = [t for t in bursts if times[-1] - t <= within]
-        if len(recent) >= rep.incidents:
-            return rep.severity, rep.action, f"{len(recent)} separate bursts: {rep.reason}"
+        recent: dict[str, int] = {}
+        for t, place in lines.bursts:
+            if t <= upto and last - t <= within:
+                recent[place] = recent.get(place, 0) + 1
+        place, n = max(recent.items(), key=lambda pn: (pn[1], pn[0]), default=("", 0))
+        if n >= rep.incidents:
+            on = f" on {place}" if place else ""
+            return rep.severity, rep.action, f"{n} separate bursts{on}: {rep.reason}"
     return None
 
 
