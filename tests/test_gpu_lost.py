@@ -121,13 +121,18 @@ def test_a_boot_ends_the_xid(tmp_path: Path) -> None:
     assert f.inst.resolved_at == T0 + 90 * 60 and f.evidence["held"] == "boot"
 
 
-def test_a_node_that_reports_nothing_after_the_xid_keeps_the_plain_event_life(tmp_path: Path) -> None:
-    """A kernel log alone proves neither way: keep_firing_for after the line, as before."""
+def test_a_node_that_reports_nothing_after_the_xid_stays_open_at_its_own_end(tmp_path: Path) -> None:
+    """A kernel log alone proves no action: the XID 79 stays firing (held, open), judged at the node's own last
+    record, however far the judged range (or another node's data) goes on."""
     rule = next(r for r in load_rules() if r.alert == "GpuXid")
     with Store(tmp_path / "s.duckdb") as st:
         Pipeline(st).write(Collected(events=[Event(T0, "n", "xid", LINE, gpu=3, code=79)]), T0)
-        (f,) = evaluate_rule(st, rule, T0, T0 + 3 * 3600)
-    assert f.inst.resolved_at == T0 + 1 + rule.keep_s and "held" not in f.evidence
+        Pipeline(st).write(
+            Collected(samples=[Sample(T0 + 90 * 86400, "other", 0, "GPU-x", "gpu_temp_c", 40.0)]), T0
+        )
+        (f,) = evaluate_rule(st, rule, T0, T0 + 90 * 86400)
+    assert f.state == "firing" and f.inst.resolved_at is None and f.evidence["held"] == "open"
+    assert f.inst.last_seen == T0  # its node's horizon: the line itself
 
 
 def test_a_person_resolving_it_holds(tmp_path: Path) -> None:

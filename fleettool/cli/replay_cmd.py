@@ -295,6 +295,8 @@ def _when(a: dict[str, Any]) -> str:
         l_ = f"{last:%Y-%m-%d %H:%M:%S}Z"
     if a["state"] == "resolved":
         return f"resolved: {f}" + (f" to {l_}" if l_ else "")
+    if a["state"] == "stale":  # its series stopped while it fired: neither firing nor resolved
+        return f"stale since {f}: no data since {l_ or f}"
     return f"{a['state']} since {f}" + (f" (last seen {l_})" if l_ else "")
 
 

@@ -9,56 +9,20 @@ run as evidence (so an XID 48, the DBE counter and the pending remap of one GPU 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
+from fleettool.engine.incident import Finding, Incident, fold
 from fleettool.engine.kinds import KINDS, Entity, KindResult, Verdict
+from fleettool.engine.kinds._horizon import Horizons, horizon_of
 from fleettool.engine.rules import Rule
-from fleettool.engine.state import FIRING, PENDING, RESOLVED, Instance, run_observations
-from fleettool.model import Action, Category, Severity
+from fleettool.engine.state import PENDING, RESOLVED, STALE, Instance, run_observations
+from fleettool.model import Severity
 from fleettool.store import Store
 from fleettool.store.alerts import AlertRecord, open_alert_of_incident, put_alert
 from fleettool.store.gpu_history import gpu_uuid_at
 from fleettool.store.silences import active_acks
-
-
-@dataclass
-class Finding:
-    rule: Rule
-    node: str
-    gpu: int | None
-    key: str
-    inst: Instance
-    severity: Severity
-    category: Category
-    action: Action
-    incident: str
-    summary: str
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def state(self) -> str:
-        return self.inst.state
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "rule": self.rule.alert,
-            "key": self.key,
-            "state": self.inst.state,
-            "severity": self.severity.value,
-            "category": self.category.value,
-            "action": self.action.value,
-            "first_seen": self.inst.first_seen,
-            "fired_at": self.inst.fired_at,
-            "last_seen": self.inst.last_seen,
-            "resolved_at": self.inst.resolved_at,
-            "value": self.inst.value,
-            "summary": self.summary,
-            **self.evidence,
-        }
 
 
 def _fmt_ts(t: float | None) -> str:
@@ -107,17 +71,28 @@ def data_range(store: Store) -> tuple[float, float] | None:
 
 
 def evaluate_rule(
-    store: Store, rule: Rule, start: float, end: float, boots: dict[str, list[float]] | None = None
+    store: Store,
+    rule: Rule,
+    start: float,
+    end: float,
+    boots: dict[str, list[float]] | None = None,
+    horizons: Horizons | None = None,
 ) -> list[Finding]:
+    """One rule's findings over [start, end], each entity judged at its node's horizon (kinds/_horizon.py;
+    read here when not given)."""
     kind = KINDS[rule.kind]
     res: KindResult = kind.evaluate(store, rule, start, end)
     if kind.needs_boots and boots is None:
         boots = _boots(store)
+    if horizons is None:
+        horizons = Horizons(store, end)
     out: list[Finding] = []
     for ent, obs in res.obs.items():
         extra = res.extra.get(ent, {})
         # a kind may end an entity's finding without keep_firing_for (a lost GPU proven back: kinds/_held.py)
-        insts = run_observations(obs, rule.for_s, float(extra.get("keep_s", rule.keep_s)), end)
+        now = horizon_of(horizons, ent[0], end)
+        keep = float(extra.get("keep_s", rule.keep_s))
+        insts = run_observations(obs, rule.for_s, keep, now, kind.stale_s, extra.get("gaps", set()))
         if boots is not None:
             extra = {**extra, "boots": boots.get(ent[0], [])}
         for inst in insts:
@@ -130,8 +105,12 @@ def evaluate_rule(
 def _findings(rule: Rule, ent: Entity, inst: Instance, extra: dict[str, Any]) -> list[Finding]:
     node, gpu, key = ent
     evidence: dict[str, Any] = {
-        k: v for k, v in extra.items() if k not in ("severity", "events", "peak", "keep_s")
+        k: v
+        for k, v in extra.items()
+        if k not in ("severity", "events", "peak", "keep_s", "held_ends", "gaps")
     }
+    if "held_ends" in extra:  # a held fault (kinds/_held.py): what closed this instance, or open
+        evidence["held"] = extra["held_ends"].get(inst.resolved_at, "open")
     if extra.get("peak") is not None:
         evidence["peak"] = extra["peak"]
     summary_kw: dict[str, Any] = {
@@ -162,6 +141,8 @@ def _findings(rule: Rule, ent: Entity, inst: Instance, extra: dict[str, Any]) ->
     summary = render(rule.summary, **v.summary_kw) if rule.summary else rule.alert
     if summary.startswith("GPU - on "):  # neither the index nor the PCI id is known
         summary = "A GPU on " + summary[len("GPU - on ") :]
+    if inst.state == STALE and inst.stale_since is not None:
+        summary += f" (stale: no data since {_fmt_ts(inst.stale_since)})"
     return [
         Finding(rule, node, gpu, key, inst, v.severity, v.category, v.action, v.incident, summary, evidence)
     ]
@@ -173,89 +154,6 @@ def _num(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
-
-
-@dataclass
-class Incident:
-    node: str
-    gpu: int | None
-    key: str
-    findings: list[Finding]
-
-    @property
-    def primary(self) -> Finding:
-        """The finding the alert is named after: the worst; among equals, a line that says the GPU is gone
-        (held until it is back, kinds/_held.py), the first of them, since it is the cause and pages first (its
-        stopped series join later and must not rename the alert on /metrics mid-incident); then priority."""
-
-        def rank(f: Finding) -> tuple[int, int, float, int, int]:
-            held = "held" in f.evidence
-            return (
-                f.severity.rank,
-                held,
-                -f.inst.first_seen if held else 0.0,
-                f.rule.priority,
-                f.action.rank,
-            )
-
-        return max(self.findings, key=rank)
-
-    @property
-    def severity(self) -> Severity:
-        return max((f.severity for f in self.findings), key=lambda s: s.rank)
-
-    @property
-    def action(self) -> Action:
-        return max((f.action for f in self.findings), key=lambda a: a.rank)
-
-    @property
-    def first_seen(self) -> float:
-        return min(f.inst.fired_at or f.inst.first_seen for f in self.findings)
-
-    @property
-    def last_seen(self) -> float:
-        return max(f.inst.last_seen for f in self.findings)
-
-    @property
-    def state(self) -> str:
-        states = {f.state for f in self.findings}
-        return FIRING if FIRING in states else RESOLVED
-
-    @property
-    def alert_id(self) -> str:
-        h = hashlib.sha256(f"{self.node}|{self.gpu}|{self.key}|{self.first_seen:.0f}".encode()).hexdigest()
-        return h[:16]
-
-    def summary(self) -> str:
-        p = self.primary
-        others = sorted({f.rule.alert for f in self.findings} - {p.rule.alert})
-        return p.summary + (f" (with {', '.join(others)})" if others else "")
-
-
-def _end_of(f: Finding, horizon: float) -> float:
-    return f.inst.resolved_at if f.inst.resolved_at is not None else horizon
-
-
-def fold(findings: list[Finding], horizon: float) -> list[Incident]:
-    """One incident per fault: findings of the same (node, gpu, incident key) whose times overlap."""
-    by: dict[tuple[str, int | None, str], list[Finding]] = {}
-    for f in findings:
-        by.setdefault((f.node, f.gpu, f.incident), []).append(f)
-    out: list[Incident] = []
-    for (node, gpu, key), fs in by.items():
-        fs.sort(key=lambda f: f.inst.first_seen)
-        cur: list[Finding] = []
-        cur_end = -1e300
-        for f in fs:
-            if cur and f.inst.first_seen > cur_end:
-                out.append(Incident(node, gpu, key, cur))
-                cur = []
-            cur.append(f)
-            cur_end = max(cur_end, _end_of(f, horizon))
-        if cur:
-            out.append(Incident(node, gpu, key, cur))
-    # node-level findings of a key join a GPU incident of the same node and key when there is exactly one
-    return out
 
 
 def evaluate(
@@ -277,15 +175,22 @@ def evaluate(
     s = rng[0] if start is None else start
     e = rng[1] if end is None else end
     boots = _boots(store)
+    horizons = Horizons(store, e).preload()
     if workers > 1 and len(rules) > 1:
-        per_rule = _evaluate_threads(store, rules, s, e, boots, min(workers, len(rules)))
+        per_rule = _evaluate_threads(store, rules, s, e, boots, horizons, min(workers, len(rules)))
     else:
-        per_rule = [evaluate_rule(store, r, s, e, boots) for r in rules]
-    return fold([f for fs in per_rule for f in fs], e)
+        per_rule = [evaluate_rule(store, r, s, e, boots, horizons) for r in rules]
+    return fold([f for fs in per_rule for f in fs], e, horizons)
 
 
 def _evaluate_threads(
-    store: Store, rules: list[Rule], start: float, end: float, boots: dict[str, list[float]], n: int
+    store: Store,
+    rules: list[Rule],
+    start: float,
+    end: float,
+    boots: dict[str, list[float]],
+    horizons: Horizons,
+    n: int,
 ) -> list[list[Finding]]:
     import copy
     from concurrent.futures import ThreadPoolExecutor
@@ -297,7 +202,10 @@ def _evaluate_threads(
         views.append(v)
 
     def part(w: int) -> list[tuple[int, list[Finding]]]:
-        return [(i, evaluate_rule(views[w], rules[i], start, end, boots)) for i in range(w, len(rules), n)]
+        return [
+            (i, evaluate_rule(views[w], rules[i], start, end, boots, horizons))
+            for i in range(w, len(rules), n)
+        ]
 
     try:
         with ThreadPoolExecutor(n, thread_name_prefix="fleettool-rules") as ex:
@@ -328,6 +236,10 @@ def write_alerts(store: Store, incidents: list[Incident]) -> int:
     for inc in incidents:
         p = inc.primary
         existing = open_alert_of_incident(store, inc.node, inc.gpu, inc.key, inc.first_seen - 1)
+        by_person = bool(existing and existing[0] in by_hand)
+        state = RESOLVED if by_person else inc.state
+        closed = "person" if by_person else inc.closed_by
+        stale = [f.inst.stale_since for f in inc.findings if f.inst.stale_since is not None]
         put_alert(
             store,
             AlertRecord(
@@ -339,7 +251,7 @@ def write_alerts(store: Store, incidents: list[Incident]) -> int:
                 gpu=inc.gpu,
                 uuid=None if inc.gpu is None else gpu_uuid_at(store, inc.node, inc.gpu, inc.first_seen),
                 action=inc.action.value,
-                state=RESOLVED if existing and existing[0] in by_hand else inc.state,
+                state=state,
                 first_seen=min(inc.first_seen, existing[1]) if existing else inc.first_seen,
                 last_seen=inc.last_seen,
                 summary=inc.summary(),
@@ -351,6 +263,9 @@ def write_alerts(store: Store, incidents: list[Incident]) -> int:
                         {(f.rule.p("metric"), f.rule.alert) for f in inc.findings if f.rule.p("metric")}
                     ),
                     "window": [inc.first_seen - 600, inc.last_seen + 600],
+                    # what ended it (resolved), or since when its series are silent (stale)
+                    **({"closed_by": closed} if closed else {}),
+                    **({"stale_since": max(stale)} if state == STALE and stale else {}),
                 },
             ),
         )

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from fleettool.engine import prefilter
 from fleettool.engine.evaluate import Finding, Incident, evaluate_rule, fold, write_alerts
 from fleettool.engine.kinds._held import older_sql
+from fleettool.engine.kinds._horizon import Horizons
 from fleettool.engine.rules import Rule
 from fleettool.engine.state import FIRING
 from fleettool.store import Store
@@ -72,6 +73,7 @@ class RuleScheduler:
     # each rule's findings at its last evaluation: an incident folds them all, due now or not
     findings: dict[str, list[Finding]] = field(default_factory=dict)
     written: float = -1e18  # when alerts were last written
+    seen: dict[str, Horizons] = field(default_factory=dict)  # each rule's last judgement: its nodes' times
 
     def due(self, now: float, *, urgent_too: bool = False) -> list[Rule]:
         out = []
@@ -90,10 +92,18 @@ class RuleScheduler:
         return frozenset(str(r.p("metric")) for r in self.rules if urgent(r) and r.p("metric", None))
 
     def start(self, r: Rule, now: float) -> float:
-        """Where a rule's evaluation starts: its lookback, or, for a GPU's stopped series still firing, its last
-        sample (a GPU silent for longer than the lookback must not drop out of the judgement and leave its alert
-        firing forever with the last_seen it had then)."""
+        """Where a rule's evaluation starts: its lookback, or, for an alert still firing, its last active point
+        less `for`: it must stay in the judgement until it resolves or goes stale, not drop out of the lookback
+        and stay firing (series that stopped; an XID on a node whose own time moved on only with its next line,
+        hours later); and for a GPU's stopped series still firing, its last sample (a GPU silent for longer than
+        the lookback must not drop out of the judgement and leave its alert firing forever with the last_seen
+        it had then)."""
         start = now - lookback(r)
+        firing = [
+            f.inst.last_seen - r.for_s - 1.0 for f in self.findings.get(r.alert, []) if f.state == FIRING
+        ]
+        if r.kind != "absent":
+            start = min([start, *firing])
         if r.kind == "absent":
             held = [
                 f.evidence.get("last_sample") for f in self.findings.get(r.alert, []) if f.state == FIRING
@@ -111,13 +121,18 @@ class RuleScheduler:
         windows = [(r, self.start(r, now), now) for r in due]
         skip = prefilter.quiet(store, windows) if self.prefilter else set()
         self.skipped += len(skip)
-        judged_before = dict(self.last)
+        judged_before = dict(self.seen)
+        horizons = Horizons(store, now)
         for r, start, end in windows:
-            self.findings[r.alert] = [] if r.alert in skip else evaluate_rule(store, r, start, end)
+            self.findings[r.alert] = (
+                [] if r.alert in skip else evaluate_rule(store, r, start, end, horizons=horizons)
+            )
             self.last[r.alert] = now
+            self.seen[r.alert] = horizons
         self.evaluations += 1
-        incidents = fold([f for fs in self.findings.values() for f in fs], now)
-        # an incident whose every finding had resolved when its rule last judged was written then, whole; a
+        incidents = fold([f for fs in self.findings.values() for f in fs], now, horizons)
+        # an incident whose every finding had resolved by its node's time when its rule last judged was written
+        # then, whole; a
         # later window sees only part of it (the GPU's silence, then its XID, drop out of their lookbacks) and
         # must not rewrite it with less. Each finding against its own rule's last judgement: against the last
         # write by any rule, a resolution that happened between two judgements of its rule was never written
@@ -126,9 +141,12 @@ class RuleScheduler:
         return write_alerts(store, [i for i in incidents if not _settled(i, judged_before)])
 
 
-def _settled(inc: Incident, judged: dict[str, float]) -> bool:
-    """Every finding of the incident had resolved by the previous judgement of its own rule."""
+def _settled(inc: Incident, judged: dict[str, Horizons]) -> bool:
+    """Every finding of the incident had resolved by the previous judgement of its own rule, as far as its
+    node's own time then reached (a node whose records stopped resolves nothing until its next record)."""
     return all(
-        f.inst.resolved_at is not None and f.inst.resolved_at <= judged.get(f.rule.alert, -1e300)
+        f.inst.resolved_at is not None
+        and f.rule.alert in judged
+        and f.inst.resolved_at <= judged[f.rule.alert].of(f.node)
         for f in inc.findings
     )

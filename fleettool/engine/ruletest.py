@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from fleettool.engine.evaluate import Finding, evaluate_rule
+from fleettool.engine.kinds._horizon import SharedClock
 from fleettool.engine.rules import Rule, RuleError, load_rules, parse_duration
 from fleettool.metrics import OWN_PREFIX, map_dcgm_name, own_name_spec
 from fleettool.model import Event, Sample
@@ -208,7 +209,8 @@ def run_test_file(path: Path, rules: list[Rule] | None = None) -> list[CaseResul
                     continue
                 key = (name, t)
                 if key not in cache:
-                    cache[key] = evaluate_rule(store, rule, 0.0, t)
+                    # eval_time is the present for every node, as in promtool
+                    cache[key] = evaluate_rule(store, rule, 0.0, t, horizons=SharedClock(store, t))
                 got = sorted(
                     (labels_of(f) for f in firing_at(cache[key], t)), key=lambda d: sorted(d.items())
                 )

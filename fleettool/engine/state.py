@@ -3,13 +3,19 @@
 inactive --active--> pending --active for `for`--> firing --inactive for `keep_firing_for`--> resolved
 pending --inactive--> inactive (never fired: nothing to resolve). A resolved alert that becomes active again
 starts a new pending period (a new alert instance).
+
+firing --no observation for `stale_s`--> stale: for a rule judged on series (threshold, increase, peer, trend),
+an alert whose condition held at its entity's last data and whose data then stopped is neither firing (nothing
+says the condition still holds) nor resolved (nothing says it cleared): it is `stale`, "no data since T", and
+stays so. Data that come back later start afresh (a new alert when the condition holds again). A pending alert
+whose data stop drops back to inactive. Event rules pass no `stale_s`: a quiet kernel log is normal.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-INACTIVE, PENDING, FIRING, RESOLVED = "inactive", "pending", "firing", "resolved"
+INACTIVE, PENDING, FIRING, RESOLVED, STALE = "inactive", "pending", "firing", "resolved", "stale"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,21 +66,42 @@ def advance(st: AlertState, now: float, keep_s: float) -> AlertState:
 class Instance:
     """One alert instance of one rule on one entity, as the state machine saw it."""
 
-    state: str  # pending, firing, resolved
+    state: str  # pending, firing, resolved, stale
     first_seen: float  # pending since
     fired_at: float | None
     last_seen: float  # last time the condition held
     resolved_at: float | None
     value: float | None
+    stale_since: float | None = None  # stale: the entity's last observation ("no data since")
 
 
 def run_observations(
-    obs: list[tuple[float, bool, float | None]], for_s: float, keep_s: float, now: float
+    obs: list[tuple[float, bool, float | None]],
+    for_s: float,
+    keep_s: float,
+    now: float,
+    stale_s: float | None = None,
+    gaps: frozenset[float] | set[float] = frozenset(),
 ) -> list[Instance]:
     """Feed time-ordered observations (ts, active, value) through the machine, then let time run to `now`.
-    Returns every instance that fired (resolved or still firing) and a trailing pending one."""
+    Returns every instance that fired (resolved, stale or still firing) and a trailing pending one. `stale_s`
+    (series rules): a firing alert with no observation for that long goes stale (module docstring): at the end
+    (`now` that long after the last observation), and after each observation in `gaps` (the kind saw the series
+    stop after it: two observations of one run-length-encoded stretch are not a gap, however far apart)."""
     out: list[Instance] = []
     st = AlertState()
+    last: float | None = None  # the previous observation's time
+
+    def stopped(st: AlertState, t: float, at_end: bool = False) -> AlertState:
+        """The data stopped between `last` and `t` (stale_s or more): a firing alert whose condition held at
+        the last data goes stale; a pending one drops."""
+        if stale_s is None or last is None or t - last < stale_s or (not at_end and last not in gaps):
+            return st
+        if st.state == FIRING and st.inactive_since is None:
+            out.append(replace(_inst(st), state=STALE, stale_since=last))
+            return AlertState()
+        return AlertState() if st.state == PENDING else st
+
     for ts, active, value in obs:
         # time passes before each observation: keep_firing_for is measured in time, so an alert whose condition
         # cleared more than keep_firing_for before this observation resolved then, and an active observation
@@ -83,14 +110,16 @@ def run_observations(
         passed = advance(st, ts, keep_s)
         if passed.state == RESOLVED and st.state == FIRING:
             out.append(_inst(passed))
-        prev = st = passed
+        prev = st = stopped(passed, ts)
         st = step(st, active, ts, for_s, keep_s, value)
+        last = ts
         if st.state == RESOLVED and prev.state == FIRING:
             out.append(_inst(st))
-    st = advance(st, now, keep_s)
-    if st.state in (PENDING, FIRING) or (
-        st.state == RESOLVED and (not out or out[-1].first_seen != st.active_since)
-    ):
+    passed = advance(st, now, keep_s)
+    if passed.state == RESOLVED and st.state == FIRING:
+        out.append(_inst(passed))
+    st = stopped(passed, now, at_end=True)
+    if st.state in (PENDING, FIRING):
         out.append(_inst(st))
     return out
 

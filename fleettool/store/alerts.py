@@ -22,7 +22,7 @@ from fleettool.store.values import db_time, dumps_evidence, epoch
 if TYPE_CHECKING:
     from fleettool.store.db import Store
 
-ALERT_STATES = ("firing", "pending", "resolved")  # what alerts.state holds, in triage order
+ALERT_STATES = ("firing", "pending", "stale", "resolved")  # what alerts.state holds, in triage order
 SEVERITIES = ("critical", "warning", "info")  # worst first
 
 # the columns list_alerts returns (evidence, uuid: alert_by_id), before the silence/ack annotations

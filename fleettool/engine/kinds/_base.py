@@ -72,6 +72,9 @@ class Kind:
     durations: frozenset[str] = frozenset()
     refine: Refine | None = None  # per-finding judgement beyond the rule's own severity/category/action
     needs_boots: bool = False  # its findings need the node's boot times (extra["boots"])
+    # a series kind: a firing alert whose entity has no observation for this long goes stale (engine/state.py);
+    # None for kinds whose silence is normal (event lines) or is the condition itself (absent)
+    stale_s: float | None = None
 
     def __post_init__(self) -> None:
         if (self.promql is None) == (not self.no_promql):

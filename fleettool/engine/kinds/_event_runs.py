@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleettool.engine.kinds._held import lost_codes, older_sql
+from fleettool.engine.kinds._held import hold_codes, older_sql
 from fleettool.engine.kinds._sql import epoch, read, ts_param
 from fleettool.store import Store
 from fleettool.xid_catalog import judge
@@ -59,9 +59,10 @@ def foldable(r: Any) -> bool:
 
 
 def held_sql() -> str:
-    """The lines kinds/_held.py holds (holds_line: the category is the code's, the line never changes it)."""
-    lost = ", ".join(map(str, lost_codes())) or "NULL"
-    return f"(kind = 'fell-off-bus' OR (kind = 'xid' AND code IN ({lost})))"
+    """The lines kinds/_held.py may hold (hold_of: by the code, or by what the line says for XID 154 and the
+    NVLink5 codes): never folded."""
+    held = ", ".join(map(str, hold_codes())) or "NULL"
+    return f"(kind = 'fell-off-bus' OR (kind = 'xid' AND code IN ({held})))"
 
 
 def big_entities(store: Store, where: str, params: dict[str, Any]) -> list[str]:

@@ -54,6 +54,11 @@ def src(metric: str, alias: str = "src", sub: str | None = None) -> str:
     )
 
 
+# a series with no point for this long has stopped (engine/state.py: a firing alert goes stale): three reads of
+# the agent's slowest NVML tier (every 10 minutes), and well past a scrape interval or a minute rollup
+SERIES_STALE_S = 1800.0
+
+
 def cmp(expr: str, op: str, rhs: str) -> str:
     return f"({expr} {op} {rhs})"
 
@@ -63,27 +68,35 @@ _RLE = """
 , hot AS (SELECT DISTINCT node, gpu, key FROM o WHERE active)
 , oh AS (SELECT o.* FROM o SEMI JOIN hot ON o.node = hot.node AND o.gpu IS NOT DISTINCT FROM hot.gpu
          AND o.key = hot.key)
-, c AS (SELECT *, coalesce(active <> lag(active) OVER w, true) AS chg FROM oh
+, c AS (SELECT *, coalesce(epoch(ts) - epoch(lag(ts) OVER w) >= {gap}, false) AS after_gap,
+              coalesce(active <> lag(active) OVER w OR epoch(ts) - epoch(lag(ts) OVER w) >= {gap}, true) AS chg
+        FROM oh
         WINDOW w AS (PARTITION BY node, gpu, key ORDER BY ts))
 , g AS (SELECT *, sum(chg::INTEGER) OVER (PARTITION BY node, gpu, key ORDER BY ts) AS run FROM c)
 SELECT node, gpu, key, any_value(active) AS active, min(ts) AS t0, max(ts) AS t1,
-       arg_min(value, ts) AS v0, arg_max(value, ts) AS v1, max(value) AS vmax
+       arg_min(value, ts) AS v0, arg_max(value, ts) AS v1, max(value) AS vmax, bool_or(after_gap) AS after_gap
 FROM g GROUP BY node, gpu, key, run ORDER BY node, gpu, key, t0
 """
+# A gap of `gap` seconds or more (the series stopped) also ends a stretch, so the state machine sees it.
 # Only entities where the condition held at least once are run-length encoded: in a healthy fleet that is a
 # handful of GPUs, and the encoding (two window passes) is what costs.
 
 
-def run_obs_sql(store: Store, ctes: str, obs_select: str, start: float, end: float) -> KindResult:
+def run_obs_sql(
+    store: Store, ctes: str, obs_select: str, start: float, end: float, gap_s: float = SERIES_STALE_S
+) -> KindResult:
     """Observations of `obs_select` (rows node, gpu, key, ts, active, value over the CTEs), run-length encoded;
-    the peak value while active goes to extra["peak"]."""
-    sql = "WITH " + ctes + _RLE.format(obs=obs_select)
+    the peak value while active goes to extra["peak"]. A gap of `gap_s` or more between points ends a stretch,
+    and the time of the point before it goes to extra["gaps"] (the series stopped there)."""
+    sql = "WITH " + ctes + _RLE.format(obs=obs_select, gap=float(gap_s))
     res = KindResult()
     for row in read(store, sql, {"start": ts_param(start), "end": ts_param(end)}):
         active = row["active"]
         ent = (row["node"], row["gpu"], row["key"] or "")
         lst = res.obs.setdefault(ent, [])
         a, b = epoch(row["t0"]), epoch(row["t1"])
+        if row["after_gap"] and lst:  # the series stopped after its previous point (engine/state.py: stale)
+            res.extra.setdefault(ent, {}).setdefault("gaps", set()).add(lst[-1][0])
         lst.append((a, bool(active), row["v0"]))
         if b > a:
             lst.append((b, bool(active), row["v1"]))

@@ -18,9 +18,11 @@ import json
 from typing import Any
 
 from fleettool.engine.kinds._base import Entity, Kind, KindResult, RuleLike, Verdict
+from fleettool.engine.kinds._closing import Evidence
 from fleettool.engine.kinds._event_runs import TAG, Lines, big_entities, foldable, marks
 from fleettool.engine.kinds._event_runs import runs as run_lines
-from fleettool.engine.kinds._held import episode, holds_line, older_sql
+from fleettool.engine.kinds._held import episode, hold_of, older_sql
+from fleettool.engine.kinds._horizon import Horizons
 from fleettool.engine.kinds._promql import (
     EVENT_WINDOW,
     GPU_ON,
@@ -36,6 +38,8 @@ from fleettool.engine.kinds._sql import epoch, read, ts_param
 from fleettool.model import Action, Severity
 from fleettool.store import Store
 from fleettool.xid_catalog import Judgement, catalog, judge
+
+Held = tuple[float, float | None, str, str | None, str | None]  # a held line: ts, value, hold, PCI id, UUID
 
 # where an XID's findings join other findings of the same GPU
 INCIDENT_OF_CATEGORY = {
@@ -81,7 +85,7 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
             *rows,
         ]
     res = KindResult()
-    held: dict[Entity, list[tuple[float, float | None]]] = {}
+    held: dict[Entity, list[Held]] = {}
     for row in rows:
         kind, code, detail = row["kind"], row["code"], row["detail"]
         t = epoch(row["ts"]) if row["ts"] is not None else end
@@ -103,8 +107,9 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
         )
         lst = res.obs.setdefault(ent, [])
         value = float(code) if code is not None else None
-        if row["ts"] is not None and holds_line(kind, code, ex["events"][-1]["detail"]):
-            held.setdefault(ent, []).append((t, value))
+        hold = hold_of(kind, code, ex["events"][-1]["detail"]) if row["ts"] is not None else None
+        if hold is not None:
+            held.setdefault(ent, []).append((t, value, hold, row["pci_bus_id"], row["uuid"]))
             continue
         lst.append((t, True, value))
         lst.append((t + 1.0, False, None))
@@ -122,13 +127,15 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
 def _hold(
     store: Store,
     res: KindResult,
-    held: dict[Entity, list[tuple[float, float | None]]],
+    held: dict[Entity, list[Held]],
     start: float,
     end: float,
 ) -> None:
-    """The observations of held lines (kinds/_held.py); an entity whose every line is judged by its GPU's
-    series ends at the return it proves, with no keep_firing_for."""
+    """The observations of held lines (kinds/_held.py): each active from its line until the evidence its action
+    asks for (ending there, with no keep_firing_for), or to its node's horizon while open. `extra["held_ends"]`
+    maps each closing time to what closed it (engine/evaluate.py names each finding's)."""
     boots: dict[str, list[float]] = {}
+    horizons = Horizons(store, end)
     for ent, lines in held.items():
         node, gpu, _ = ent
         if node not in boots:
@@ -138,19 +145,21 @@ def _hold(
                 {"n": node},
             )
             boots[node] = [epoch(r["ts"]) for r in got]
-        hows = []
-        for t, value in lines:
-            ep = episode(store, node, gpu, t, value, (start, end), boots[node])
+        pci = next((ln[3] for ln in lines if ln[3]), None)
+        uuid = next((ln[4] for ln in lines if ln[4]), None)
+        ev = Evidence(store, node, gpu, pci, uuid, boots[node], end)
+        ends: dict[float | None, str] = {}
+        for t, value, hold, _, _ in lines:
+            ep = episode(ev, hold, t, value, (start, end), horizons.of(node))
             if ep is not None:
                 res.obs[ent].extend(ep[0])
-                hows.append(ep[1])
-        if not res.obs[ent]:  # only lines before the window, their GPU back since
+                ends[ep[2]] = ep[1]
+        if not res.obs[ent]:  # only lines before the window, closed since
             del res.obs[ent]
             del res.extra[ent]
             continue
-        if hows and "no-evidence" not in hows:
-            res.extra[ent]["keep_s"] = 0.0
-            res.extra[ent]["held"] = hows[-1]
+        res.extra[ent]["keep_s"] = 0.0
+        res.extra[ent]["held_ends"] = ends
 
 
 HISTORY_S = 30 * 86400.0  # how far back a repeat policy looks before the judged window (reboots, bursts)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
 from fleettool.engine.kinds._promql import Names, PromAlert, dur, fills, only_sub, scaled
-from fleettool.engine.kinds._sql import cmp, run_obs_sql, src
+from fleettool.engine.kinds._sql import SERIES_STALE_S, cmp, run_obs_sql, src
 from fleettool.store import Store
 
 
@@ -80,6 +80,7 @@ def promql_rate(r: RuleLike, names: Names) -> PromAlert:
 
 
 INCREASE = Kind(
+    stale_s=SERIES_STALE_S,
     name="increase",
     fields=frozenset({"metric", "op", "value", "window", "sub"}),
     requires=("metric",),
@@ -88,6 +89,7 @@ INCREASE = Kind(
     promql=promql_increase,
 )
 RATE = Kind(
+    stale_s=SERIES_STALE_S,
     name="rate",
     fields=frozenset({"metric", "op", "value", "window", "sub", "per_lane_gen"}),
     requires=("metric",),

@@ -25,7 +25,7 @@ from fleettool.engine.kinds._promql import (
     num,
     scaled,
 )
-from fleettool.engine.kinds._sql import run_obs_sql, src
+from fleettool.engine.kinds._sql import SERIES_STALE_S, run_obs_sql, src
 from fleettool.store import Store
 
 
@@ -111,6 +111,7 @@ def promql(r: RuleLike, names: Names) -> PromAlert:
 
 
 KIND = Kind(
+    stale_s=SERIES_STALE_S,
     name="peer",
     fields=frozenset(
         {

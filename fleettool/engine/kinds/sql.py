@@ -8,7 +8,7 @@ bound the evaluation.
 from __future__ import annotations
 
 from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
-from fleettool.engine.kinds._sql import run_obs_sql
+from fleettool.engine.kinds._sql import SERIES_STALE_S, run_obs_sql
 from fleettool.store import Store
 
 
@@ -19,6 +19,7 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
 
 
 KIND = Kind(
+    stale_s=SERIES_STALE_S,
     name="sql",
     fields=frozenset({"query"}),
     requires=("query",),

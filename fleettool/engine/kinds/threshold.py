@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
 from fleettool.engine.kinds._promql import Names, PromAlert, bits, fills, only_sub, scaled
-from fleettool.engine.kinds._sql import cmp, run_obs_sql, src
+from fleettool.engine.kinds._sql import SERIES_STALE_S, cmp, run_obs_sql, src
 from fleettool.store import Store
 
 
@@ -58,6 +58,7 @@ def promql(r: RuleLike, names: Names) -> PromAlert:
 
 
 KIND = Kind(
+    stale_s=SERIES_STALE_S,
     name="threshold",
     fields=frozenset({"metric", "op", "value", "than_metric", "bitmask_any", "sub"}),
     requires=("metric",),

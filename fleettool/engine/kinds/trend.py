@@ -19,6 +19,8 @@ from fleettool.engine.kinds._promql import Names, PromAlert, dur, fills, num, sc
 from fleettool.engine.kinds._sql import run_obs_sql, src
 from fleettool.store import Store
 
+TREND_STALE_S = 3 * 3600.0  # hourly points: three missed hours
+
 
 def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
     metric = r.p("metric")
@@ -37,7 +39,7 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
     )
     cond = f"(inc >= {min_inc} AND slope > 0 AND n >= 6 AND tte IS NOT NULL AND tte <= {horizon})"
     select = f"SELECT node, gpu, sub AS key, ts, {cond} AS active, tte AS value FROM t"
-    res = run_obs_sql(store, ctes, select, start, end)
+    res = run_obs_sql(store, ctes, select, start, end, gap_s=TREND_STALE_S)
     crit = r.p("critical_within")
     for ent, obs in res.obs.items():
         last_active = [o for o in obs if o[1]]
@@ -67,6 +69,7 @@ def promql(r: RuleLike, names: Names) -> PromAlert:
 
 
 KIND = Kind(
+    stale_s=TREND_STALE_S,
     name="trend",
     fields=frozenset({"metric", "window", "min_increase", "capacity", "horizon", "critical_within"}),
     requires=("metric",),
