@@ -67,7 +67,9 @@ class Incident:
         stopped series join later and must not rename the alert on /metrics mid-incident); then priority."""
 
         def rank(f: Finding) -> tuple[int, int, float, int, int]:
-            held = "held" in f.evidence
+            held = (
+                "held" in f.evidence and f.category == Category.GPU_LOST
+            )  # a lost GPU's line, not its series
             return (
                 f.severity.rank,
                 held,
