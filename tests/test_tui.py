@@ -373,3 +373,32 @@ def test_every_registered_screen_has_its_key() -> None:
     actions = {b.key: b.action for b in FleetTui.BINDINGS}
     for name, nav in SCREENS.items():
         assert actions[nav.key] == f"open_screen('{name}')", name
+
+
+def test_at_80_by_24_the_alert_list_leaves_the_summary_readable(db: Path) -> None:
+    """At 80 x 24 the list drops its least important columns (k9s's way) so the summary keeps 30 characters
+    on screen, ending in an ellipsis (it had about 6, the rest scrolled off); wider again, every column is back."""
+    from textual.coordinate import Coordinate
+    from textual.widgets import DataTable
+
+    from fleettool.tui.app import ALERT_COLUMNS, FleetTui
+    from fleettool.tui.source import Source
+
+    async def go() -> None:
+        app = FleetTui(Source(db=db), refresh_s=60)
+        async with app.run_test(size=(80, 24)) as pilot:
+            table = app.query_one("#alerts", DataTable)
+            await _settle(pilot, lambda: table.row_count == 2)
+            await pilot.pause(0.1)
+            cols = list(table.columns.values())
+            assert [str(c.label) for c in cols] == ["severity", "node", "gpu", "state", "summary"]
+            widths = [c.get_render_width(table) for c in cols]
+            assert sum(widths) <= 80 - table.styles.scrollbar_size_vertical  # nothing scrolls off
+            assert widths[-1] - 2 * table.cell_padding >= 30
+            summary = str(table.get_cell_at(Coordinate(0, len(cols) - 1)))
+            assert summary.startswith("GPU 4 on gpu-12") and summary.endswith("\u2026")
+            await pilot.resize_terminal(200, 40)
+            await _settle(pilot, lambda: len(table.columns) == len(ALERT_COLUMNS))
+            assert [str(c.label) for c in table.columns.values()] == list(ALERT_COLUMNS)
+
+    asyncio.run(go())

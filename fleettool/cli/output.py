@@ -70,28 +70,6 @@ def table_width() -> int | None:
     return None
 
 
-def fit(heads: Sequence[str], widths: Sequence[int], width: int, drop: Sequence[str] = ()) -> list[int]:
-    """The columns (indices) kept at `width`: the least important dropped first (`drop`, by header; then right
-    to left, never the first column) while the widest column would get under FLEX_MIN characters."""
-    keep = list(range(len(heads)))
-    if not keep:
-        return keep
-    flex = max(keep, key=lambda i: (widths[i], i))
-
-    def need() -> int:
-        rest = sum(widths[i] for i in keep if i != flex) + GAP * (len(keep) - 1)
-        return rest + min(widths[flex], FLEX_MIN)
-
-    order = [heads.index(h) for h in drop if h in heads]
-    order += [i for i in reversed(range(1, len(heads))) if i not in order]
-    for i in order:
-        if need() <= width:
-            break
-        if i != flex and i in keep:
-            keep.remove(i)
-    return keep
-
-
 def print_table(rows: Sequence[Row], columns: Sequence[Column], drop: Sequence[str] = ()) -> None:
     """The rows as a borderless table of these columns; `(none)` when there are none. `drop`: the headers
     to leave out first where the width is short, least important first."""
@@ -107,14 +85,12 @@ def print_table(rows: Sequence[Row], columns: Sequence[Column], drop: Sequence[s
     grid = [[r.get(c) if isinstance(c, str) else c[1](r) for c in columns] for r in rows]
     width = table_width()
     keep = list(range(len(heads)))
-    sized: dict[int, int] = {}  # a column's width where the table must fit `width`
+    sized: dict[int, int] = {}  # a column's width where the table must fit `width` ({}: rich squeezes)
     if width is not None:
+        from fleettool.views import fit_columns
+
         widths = [max(cell_len(h), *(cell_len(_cell(g[i])) for g in grid)) for i, h in enumerate(heads)]
-        keep = fit(heads, widths, width, drop)
-        flex = max(keep, key=lambda i: (widths[i], i))
-        rest = sum(widths[i] for i in keep if i != flex) + GAP * (len(keep) - 1)
-        if width - rest >= min(widths[flex], FLEX_MIN):  # else rich squeezes every column
-            sized = {i: widths[i] for i in keep} | {flex: min(widths[flex], width - rest)}
+        keep, sized = fit_columns(heads, widths, width, drop, flex_min=FLEX_MIN, gap=GAP)
     table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, header_style="bold")
     for i in keep:
         table.add_column(
