@@ -241,6 +241,7 @@ def test_stats_screen_and_fleet_filter(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
     for sc in ("gpu-fell-off-bus", "thermal-throttle", "healthy-power-capped"):
         assert run_cli("replay", str(SCENARIOS / sc), "--db", str(db), "-q").returncode == 0
+    cli = run_cli("report", "--db", str(db)).stdout.splitlines()
 
     async def go() -> None:
         app = FleetTui(Source(db=db), refresh_s=60)
@@ -252,6 +253,9 @@ def test_stats_screen_and_fleet_filter(tmp_path: Path) -> None:
             await _settle(pilot, lambda: "fleet" in str(scr.query_one("#stats", Static).render()))
             text = str(scr.query_one("#stats", Static).render())
             assert "3 nodes" in text and "1 interruptions" in text and "{" not in text  # words, not a dict
+            # the same units as `fleettool report`: availability in percent, MTBF as a person's duration
+            assert "availability 83.33%" in text and "MTBF 3.0h" in text, text
+            assert "availability 83.33%, 1 interruptions, MTBF 3.0h" in cli[0], cli
             cats, down = scr.query_one("#statcats", DataTable), scr.query_one("#statdown", DataTable)
             await _settle(pilot, lambda: cats.row_count == 1 and down.row_count == 1)
             assert (
@@ -261,6 +265,9 @@ def test_stats_screen_and_fleet_filter(tmp_path: Path) -> None:
             nodes = scr.query_one("#statnodes", DataTable)
             await _settle(pilot, lambda: nodes.row_count == 3)
             assert str(nodes.get_row_at(0)[0]) == "gpu-21"  # least available first
+            row = [str(c) for c in nodes.get_row_at(0)]
+            assert row == ["gpu-21", "50.00%", "1", "30m", "1.0h"]
+            assert [ln.split() for ln in cli if ln.startswith("gpu-21")] == [row]
             await pilot.press("escape", "f")
             await _settle(pilot, lambda: isinstance(app.screen, FleetScreen))
             grid = app.screen.query_one("#grid", DataTable)
