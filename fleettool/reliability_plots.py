@@ -7,6 +7,8 @@ import html
 import re
 from typing import Any
 
+from fleettool.units import days, percent
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -95,10 +97,13 @@ def page(rep: dict[str, Any], title: str) -> str:
     facts = [
         ("faults", rep["faults"]),
         ("servers (affected)", f"{rep['servers']} ({rep['servers_affected']})"),
-        ("span", f"{rep['span_days']} days"),
-        ("MTBF", f"{rep['mtbf_days']} server-days per fault"),
-        ("availability", rep["availability"]),
-        ("repair days (median / mean / p90)", f"{rd['median']} / {rd['mean']} / {rd['p90']}"),
+        ("span", days(rep["span_days"])),
+        ("MTBF (server time per fault)", days(rep["mtbf_days"])),
+        ("availability", percent(rep["availability"])),
+        (
+            "repair time (median / mean / p90)",
+            f"{days(rd['median'])} / {days(rd['mean'])} / {days(rd['p90'])}",
+        ),
         (
             "top 10 % of affected servers hold",
             f"{ro['top_10pct_share']:.1%} of faults" if ro["top_10pct_share"] is not None else "-",

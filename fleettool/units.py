@@ -72,6 +72,26 @@ def human_duration(secs: float | None) -> str:
     return f"{secs:.0f}s"
 
 
+def days(d: float | None) -> str:
+    """A figure in days (an incident log's MTBF, repair times) for a person, as human_duration: 239.03 -> '239d',
+    0.8496 -> '20h'."""
+    return human_duration(None if d is None else float(d) * 86400.0)
+
+
+def percent(ratio: float | None) -> str:
+    """A ratio (availability) for a person, in percent: 0.976852 -> '97.69%', 1 -> '100%', 0 -> '0%'; digits
+    are added where two would round a ratio short of 1 to '100.00%' (0.99999 -> '99.999%'). None -> '-'."""
+    if ratio is None:
+        return "-"
+    v = 100.0 * float(ratio)
+    if v in (0.0, 100.0):
+        return f"{v:.0f}%"
+    digits = 2
+    while digits < 10 and round(v, digits) in (0.0, 100.0):
+        digits += 1
+    return f"{v:.{digits}f}%"
+
+
 def parse_size(text: str | int) -> int:
     """'512M', '2GiB', '8g', '65536' -> bytes (an int >= 0). '' and '12X' are errors."""
     if isinstance(text, bool):

@@ -5,6 +5,7 @@ burn-in results, its runbook), and the fleet grid (every node and GPU with its w
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -235,3 +236,36 @@ def node_view(store: Store, node: str) -> dict[str, Any]:
         "since": st.since,
         "audit": audit(store, node),
     }
+
+
+def fit_columns(
+    heads: Sequence[str],
+    widths: Sequence[int],
+    width: int,
+    drop: Sequence[str] = (),
+    *,
+    flex_min: int = 30,
+    gap: int = 2,
+) -> tuple[list[int], dict[int, int]]:
+    """How a table of columns `widths` (as wide as their cells) fits `width`, as k9s does it: the widest column
+    (the summary) takes what the others leave; while that is under `flex_min`, the least important column goes
+    (`drop`, by header; then right to left, never the first). Returns the columns kept (indices) and each one's
+    width ({} when even one column left cannot fit: the caller squeezes)."""
+    keep = list(range(len(heads)))
+    if not keep:
+        return keep, {}
+    flex = max(keep, key=lambda i: (widths[i], i))
+
+    def rest() -> int:
+        return sum(widths[i] for i in keep if i != flex) + gap * (len(keep) - 1)
+
+    order = [heads.index(h) for h in drop if h in heads]
+    order += [i for i in reversed(range(1, len(heads))) if i not in order]
+    for i in order:
+        if rest() + min(widths[flex], flex_min) <= width:
+            break
+        if i != flex and i in keep:
+            keep.remove(i)
+    if width - rest() < min(widths[flex], flex_min):
+        return keep, {}
+    return keep, {i: widths[i] for i in keep} | {flex: min(widths[flex], width - rest())}

@@ -3,6 +3,7 @@ and `fleettool alerts` in the store's triage order."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fleettool.cli.output import MAX_CELL, emit, iso, print_json, with_iso
+from fleettool.cli.output import FLEX_MIN, MAX_CELL, emit, iso, print_json, with_iso
 from fleettool.store import Store
 from fleettool.store.alerts import AlertRecord, put_alert
 from tests.conftest import run_cli
@@ -124,3 +125,53 @@ def _cli() -> list[str]:
 
     here = Path(sys.executable).parent / "fleettool"
     return [str(here)] if here.exists() else [shutil.which("fleettool") or "fleettool"]
+
+
+def _rows() -> list[dict[str, object]]:
+    return [
+        {"node": "gpu-1", "gpu": 3, "state": "firing", "category": "ecc", "summary": "s" * 150},
+        {"node": "gpu-22", "gpu": 7, "state": "resolved", "category": "thermal", "summary": "short"},
+    ]
+
+
+def test_a_wide_terminal_shows_a_long_cell_whole(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """COLUMNS=200: a 150-character summary is shown whole (it was cut at 80 whatever the width)."""
+    monkeypatch.setenv("COLUMNS", "200")
+    emit(_rows(), ["node", "gpu", "state", "category", "summary"], as_json=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NODE", "GPU", "STATE", "CATEGORY", "SUMMARY"]
+    assert lines[1].split()[-1] == "s" * 150 and all(len(line) <= 200 for line in lines)
+
+
+@pytest.mark.parametrize("width", [80, 60, 50])
+def test_a_narrow_terminal_drops_the_least_important_columns_first(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, width: int
+) -> None:
+    """The table fits COLUMNS; columns go in the command's drop order while the summary would get under
+    FLEX_MIN characters; the summary keeps at least that much (it was squeezed to a few characters)."""
+    monkeypatch.setenv("COLUMNS", str(width))
+    emit(_rows(), ["node", "gpu", "state", "category", "summary"], as_json=False, drop=("category", "state"))
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= width for line in lines), lines
+    heads = lines[0].split()
+    want = {80: ["NODE", "GPU", "STATE", "CATEGORY", "SUMMARY"], 60: ["NODE", "GPU", "STATE", "SUMMARY"]}
+    assert heads == want.get(width, ["NODE", "GPU", "SUMMARY"])
+    summary = lines[1][lines[0].index("SUMMARY") :]
+    assert summary.endswith("\u2026") and len(summary) >= FLEX_MIN
+    assert lines[2].split()[:2] == ["gpu-22", "7"]
+
+
+def test_the_alerts_table_has_a_rule_column_and_fits_80_columns(db: Path) -> None:
+    with Store(db) as st:
+        put_alert(st, _alert("a" * 16, "critical", "firing", 1.7e9 + 60))
+        put_alert(
+            st, dataclasses.replace(_alert("b" * 16, "warning", "firing", 1.7e9 + 60), summary="x" * 110)
+        )
+    table = run_cli("alerts", "--db", str(db), env={"COLUMNS": "200"}).stdout.splitlines()
+    assert table[0].split()[:3] == ["ALERT_ID", "RULE", "SEVERITY"] and table[1].split()[1] == "R"
+    assert table[2].split()[-1] == "x" * 110
+    narrow = run_cli("alerts", "--db", str(db), env={"COLUMNS": "80"}).stdout.splitlines()
+    assert narrow[0].split() == ["ALERT_ID", "RULE", "SEVERITY", "NODE", "GPU", "SUMMARY"]
+    assert all(len(line) <= 80 for line in narrow) and narrow[2].endswith("x\u2026")

@@ -38,14 +38,37 @@ def load(mod: str, code: str, monkeypatch: pytest.MonkeyPatch) -> types.ModuleTy
 
 
 def test_the_collector_example_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    _collector_example(monkeypatch)
+
+
+def test_the_collector_example_runs_once_it_is_followed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A contributor who followed the example has `gemm-load` registered by collectors/registry.py itself: the
+    example is still checked, against a registry without it ("already registered" was the failure)."""
+    from fleettool.collectors import registry
+
+    monkeypatch.setattr(registry, "REGISTRY", dict(registry.REGISTRY))
+    registry.register_collector("gemm-load", False, "fleettool.collectors.gemm_load:from_config")
+    _collector_example(monkeypatch)
+    assert "gemm-load" in registry.REGISTRY  # the followed registration is back after the example's check
+
+
+def _collector_example(monkeypatch: pytest.MonkeyPatch) -> None:
     from fleettool.collectors import registry
 
     mod, code, line = blocks("collector")
     assert mod == "fleettool.collectors.gemm_load"
     load(mod, code, monkeypatch)
-    monkeypatch.setattr(registry, "REGISTRY", dict(registry.REGISTRY))
-    exec(line, {"register_collector": registry.register_collector})
+    name = re.search(r'register_collector\("([^"]+)"', line)
+    assert name, line
+    # the example's own registry line runs into a registry without its name, whether or not it was followed
+    followed = dict(registry.REGISTRY)
+    with monkeypatch.context() as mp:
+        mp.setattr(registry, "REGISTRY", {k: v for k, v in followed.items() if k != name.group(1)})
+        exec(line, {"register_collector": registry.register_collector})
+        _check_collector(registry)
 
+
+def _check_collector(registry: types.ModuleType) -> None:
     assert "gemm-load" not in registry.select()  # registered off by default
     chosen = registry.select(enable=["gemm-load"], defaults=[])
     assert chosen == ["gemm-load"]

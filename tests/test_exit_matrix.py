@@ -150,6 +150,20 @@ def _path_cases() -> Iterator[Case]:
         "{missing}",
         "no such --rules",
     )
+    # --rules adds to the built-in set: a rule named as a built-in one is refused, naming its file
+    clash = "{clash}: rule 'GpuThermalSlowdown' is also a built-in rule (rules/thermal.yaml)"
+    no_builtin = "--no-builtin-rules needs --rules"
+    for cmd, base in (
+        (("rules", "list"), ()),
+        (("rules", "check"), ()),
+        (("rules", "export"), ()),
+        (("replay",), ("{fixture}", "-q", "--db", "{new}")),
+        (("agent",), (*with_rules, "--db", "{new}")),
+    ):
+        yield Case(cmd, (*base, "--rules", "{clash}"), BAD_INPUT, clash, "--rules names a built-in rule")
+        yield Case(
+            cmd, (*base, "--no-builtin-rules"), USAGE, no_builtin, "--no-builtin-rules without --rules"
+        )
     yield Case(
         ("agent",),
         (*AGENT, "--db", "{new}", "--recording", "{missing}"),
@@ -287,6 +301,12 @@ def _materialise(case: Case, d: Path, template: Path, port: int) -> dict[str, st
         "store": str(d / "store.duckdb"),
     }
     (d / "empty").mkdir()
+    subst["clash"] = str(d / "clash.yaml")
+    if "{clash}" in text:  # a site's rule file with a rule named as a built-in one
+        Path(subst["clash"]).write_text(
+            "groups: [{name: site, rules: [{alert: GpuThermalSlowdown, kind: threshold, metric: gpu_temp_c, "
+            "value: 85, severity: warning, category: thermal, action: none, summary: hot}]}]\n"
+        )
     if "{text}" in text:
         Path(subst["text"]).write_text("not a database, somebody's notes\n" * 50)
     if "{garbage}" in text:

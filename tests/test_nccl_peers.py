@@ -62,3 +62,16 @@ def test_every_scenario_and_the_real_samples_in_one_store_give_one_alert_per_fau
         n = st.scalar("SELECT count(*) FROM alerts")
     assert twice == [] and late == [] and n >= len(sources) - 2  # (healthy-power-capped raises none)
     assert nccl == [("gpu-34",)]  # node005/node007 have no comparable peers: not flagged
+
+
+def test_no_rows_says_how_many_rows_each_run_has(tmp_path: Path) -> None:
+    """`nccl --json --no-rows` leaves the rows out and keeps their count (it said 0 for runs of 8 rows)."""
+    db = tmp_path / "n.duckdb"
+    assert (
+        run_cli("replay", str(SCENARIOS / "nccl-pairwise-straggler"), "--db", str(db), "-q").returncode == 0
+    )
+    full = json.loads(run_cli("nccl", "--db", str(db), "--json").stdout)
+    bare = json.loads(run_cli("nccl", "--db", str(db), "--json", "--no-rows").stdout)
+    counts = {r["run_id"]: len(r["rows"]) for r in full}
+    assert counts and all(n > 0 for n in counts.values())
+    assert {r["run_id"]: r["rows"] for r in bare} == counts

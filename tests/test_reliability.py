@@ -91,6 +91,10 @@ def test_cli_json_html_and_exit_codes(tmp_path: Path) -> None:
     assert text.startswith("<!doctype html>") and text.count("<svg") == 4 and "<script" not in text
     plain = run_cli(*args)
     assert plain.returncode == 0 and "584 faults on 231 of 400 servers" in plain.stdout
+    # the units of `report` and the TUI: availability in percent, durations as a person reads them
+    assert "over 349d: MTBF 239d (server time per fault), availability 97.69%" in plain.stdout
+    assert "repair time: median 20h, mean 5.5d, p90 13d;" in plain.stdout
+    assert "<td>239d</td>" in text and "<td>97.69%</td>" in text and "<td>20h / 5.5d / 13d</td>" in text
     assert (
         "faults per week" in plain.stdout
         and "repeat offenders" in plain.stdout

@@ -241,6 +241,7 @@ def test_stats_screen_and_fleet_filter(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
     for sc in ("gpu-fell-off-bus", "thermal-throttle", "healthy-power-capped"):
         assert run_cli("replay", str(SCENARIOS / sc), "--db", str(db), "-q").returncode == 0
+    cli = run_cli("report", "--db", str(db)).stdout.splitlines()
 
     async def go() -> None:
         app = FleetTui(Source(db=db), refresh_s=60)
@@ -252,6 +253,9 @@ def test_stats_screen_and_fleet_filter(tmp_path: Path) -> None:
             await _settle(pilot, lambda: "fleet" in str(scr.query_one("#stats", Static).render()))
             text = str(scr.query_one("#stats", Static).render())
             assert "3 nodes" in text and "1 interruptions" in text and "{" not in text  # words, not a dict
+            # the same units as `fleettool report`: availability in percent, MTBF as a person's duration
+            assert "availability 83.33%" in text and "MTBF 3.0h" in text, text
+            assert "availability 83.33%, 1 interruptions, MTBF 3.0h" in cli[0], cli
             cats, down = scr.query_one("#statcats", DataTable), scr.query_one("#statdown", DataTable)
             await _settle(pilot, lambda: cats.row_count == 1 and down.row_count == 1)
             assert (
@@ -261,6 +265,9 @@ def test_stats_screen_and_fleet_filter(tmp_path: Path) -> None:
             nodes = scr.query_one("#statnodes", DataTable)
             await _settle(pilot, lambda: nodes.row_count == 3)
             assert str(nodes.get_row_at(0)[0]) == "gpu-21"  # least available first
+            row = [str(c) for c in nodes.get_row_at(0)]
+            assert row == ["gpu-21", "50.00%", "1", "30m", "1.0h"]
+            assert [ln.split() for ln in cli if ln.startswith("gpu-21")] == [row]
             await pilot.press("escape", "f")
             await _settle(pilot, lambda: isinstance(app.screen, FleetScreen))
             grid = app.screen.query_one("#grid", DataTable)
@@ -373,3 +380,32 @@ def test_every_registered_screen_has_its_key() -> None:
     actions = {b.key: b.action for b in FleetTui.BINDINGS}
     for name, nav in SCREENS.items():
         assert actions[nav.key] == f"open_screen('{name}')", name
+
+
+def test_at_80_by_24_the_alert_list_leaves_the_summary_readable(db: Path) -> None:
+    """At 80 x 24 the list drops its least important columns (k9s's way) so the summary keeps 30 characters
+    on screen, ending in an ellipsis (it had about 6, the rest scrolled off); wider again, every column is back."""
+    from textual.coordinate import Coordinate
+    from textual.widgets import DataTable
+
+    from fleettool.tui.app import ALERT_COLUMNS, FleetTui
+    from fleettool.tui.source import Source
+
+    async def go() -> None:
+        app = FleetTui(Source(db=db), refresh_s=60)
+        async with app.run_test(size=(80, 24)) as pilot:
+            table = app.query_one("#alerts", DataTable)
+            await _settle(pilot, lambda: table.row_count == 2)
+            await pilot.pause(0.1)
+            cols = list(table.columns.values())
+            assert [str(c.label) for c in cols] == ["severity", "node", "gpu", "state", "summary"]
+            widths = [c.get_render_width(table) for c in cols]
+            assert sum(widths) <= 80 - table.styles.scrollbar_size_vertical  # nothing scrolls off
+            assert widths[-1] - 2 * table.cell_padding >= 30
+            summary = str(table.get_cell_at(Coordinate(0, len(cols) - 1)))
+            assert summary.startswith("GPU 4 on gpu-12") and summary.endswith("\u2026")
+            await pilot.resize_terminal(200, 40)
+            await _settle(pilot, lambda: len(table.columns) == len(ALERT_COLUMNS))
+            assert [str(c.label) for c in table.columns.values()] == list(ALERT_COLUMNS)
+
+    asyncio.run(go())

@@ -123,3 +123,12 @@ def test_human_durations(secs: float | None, text: str) -> None:
     from fleettool.units import human_duration
 
     assert human_duration(secs) == text
+
+
+def test_percent_reads_as_a_person_reads_availability() -> None:
+    from fleettool.units import days, percent
+
+    assert [percent(x) for x in (0.976852, 1, 1.0, 0, 0.5, 0.99999, 0.999999999, None)] == [
+        "97.69%", "100%", "100%", "0%", "50.00%", "99.999%", "99.9999999%", "-",
+    ]  # fmt: skip
+    assert [days(x) for x in (239.0273, 0.8496, 5.535, None)] == ["239d", "20h", "5.5d", "-"]

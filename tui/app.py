@@ -22,7 +22,7 @@ from fleettool.tui.errors import ShowsWorkerErrors
 from fleettool.tui.messages import AlertsLoaded
 from fleettool.tui.screens import SCREENS, ConfirmScreen, DetailScreen, HelpScreen
 from fleettool.tui.source import Source
-from fleettool.tui.tables import fill, move_to_key
+from fleettool.tui.tables import FitTable, fill, move_to_key
 from fleettool.tui.text import plain
 from fleettool.tui.theme import SEV_STYLE
 
@@ -34,6 +34,8 @@ HELP_BEFORE_SCREENS = [
     ("r", "resolve the alert by hand (asks first)"),
 ]
 ALERT_COLUMNS = ("severity", "category", "node", "gpu", "action", "state", "note", "summary")
+# what a narrow terminal loses first, as k9s drops its wide columns: the summary keeps 30 characters at 80 x 24
+ALERT_DROP = ("note", "category", "action", "state")
 # what each action does, for the confirmation and the notice after it
 ACTIONS = {
     "ack": ("Acknowledge", 4 * 3600.0),
@@ -76,7 +78,7 @@ class FleetTui(ShowsWorkerErrors, App[None]):
     def compose(self) -> ComposeResult:
         yield Header(show_clock=self.clock)
         yield Input(placeholder="filter: node, rule, category, severity", id="filter")
-        yield DataTable(id="alerts", cursor_type="row", zebra_stripes=True)
+        yield FitTable(id="alerts", cursor_type="row", zebra_stripes=True)
         yield Static("", id="status")
         yield Footer()
 
@@ -125,7 +127,7 @@ class FleetTui(ShowsWorkerErrors, App[None]):
             r["action"],
             r["state"],
             note,
-            r["summary"][:120],
+            r["summary"],
         )
 
     def render_rows(self) -> None:
@@ -137,10 +139,18 @@ class FleetTui(ShowsWorkerErrors, App[None]):
             c = self._cells(r)
             rows.append((plain(c[0], SEV_STYLE.get(r["severity"], "")), *c[1:]))  # fill shows str as text
         ids = [r["alert_id"] for r in vis]
-        fill(t, ALERT_COLUMNS, rows, ids)
+        fill(t, ALERT_COLUMNS, rows, ids, width=self.table_width(t), drop=ALERT_DROP)
         move_to_key(t, ids, keep_id, keep_row or 0)  # gone (resolved away, filtered out): where it was
         self.selected_id = ids[t.cursor_row] if ids else None
         self.query_one("#status", Static).update(plain(self.status_line(vis)))
+
+    def table_width(self, t: DataTable[Any]) -> int:
+        """The cells the alert list may take: its width (the screen's before it is laid out) less the scrollbar."""
+        return (t.size.width or self.size.width) - t.styles.scrollbar_size_vertical
+
+    def on_fit_table_resized(self) -> None:
+        if self.rows:
+            self.render_rows()  # the columns fit the new width
 
     def status_line(self, vis: list[dict[str, Any]]) -> str:
         """How many alerts the list shows, of how many, and how many of those shown are firing."""

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
+from textual import events
+from textual.message import Message
 from textual.widgets import DataTable
 
 from fleettool.tui.text import plain
@@ -29,11 +31,23 @@ def fill(
     headers: Sequence[str],
     rows: Sequence[Sequence[Cell]],
     keys: Sequence[str] | None = None,
+    width: int | None = None,
+    drop: Sequence[str] = (),
 ) -> None:
     """Replace the table's rows with `rows` (str cells shown as text, Text cells with their styles), columns
-    sized to fit; `keys` are the row keys."""
+    sized to fit; `keys` are the row keys. `width`: the table fits it as k9s fits a terminal (views.fit_columns:
+    the widest column, the summary, ends in an ellipsis; under 30 characters for it, the `drop` columns go,
+    least important first)."""
     cells = [[_text(c) for c in r] for r in rows]
     widths = [max([plain(h).cell_len, *(r[i].cell_len for r in cells)]) for i, h in enumerate(headers)]
+    if width is not None and headers:
+        from fleettool.views import fit_columns
+
+        pad = 2 * table.cell_padding  # each column's cells are padded on both sides
+        keep, sized = fit_columns(headers, [w + pad for w in widths], width, drop, flex_min=30 + pad, gap=0)
+        headers = [headers[i] for i in keep]
+        widths = [sized[i] - pad if sized else widths[i] for i in keep]
+        cells = [[_cut(r[i], w) for i, w in zip(keep, widths, strict=True)] for r in cells]
     current = [(str(c.label), c.width) for c in table.columns.values()]
     if current != list(zip(headers, widths, strict=True)):
         table.clear(columns=True)
@@ -42,6 +56,25 @@ def fill(
     table.clear()
     for i, r in enumerate(cells):
         table.add_row(*r, key=None if keys is None else keys[i])
+
+
+class FitTable(DataTable[Any]):
+    """A DataTable whose columns fit its width (fill's `width`): it says when that width changes."""
+
+    class Resized(Message):
+        """The table's width changed: fill it again."""
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.post_message(self.Resized())
+
+
+def _cut(cell: Text, width: int) -> Text:
+    """The cell within `width` cells, an ellipsis where it was cut."""
+    if cell.cell_len <= width:
+        return cell
+    cut = cell.copy()
+    cut.truncate(width, overflow="ellipsis")
+    return cut
 
 
 def move_to_key(table: DataTable[Any], keys: Sequence[str], key: str | None, row: int) -> None:

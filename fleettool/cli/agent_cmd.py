@@ -11,6 +11,7 @@ import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, hostname, open_store, parse_duration, parse_size_option
 from fleettool.cli.exit_codes import ExitCode
+from fleettool.cli.options import NoBuiltinRulesOpt, RulesOpt
 from fleettool.collectors import registry
 
 if TYPE_CHECKING:
@@ -153,9 +154,8 @@ def register(app: typer.Typer) -> None:
         dcgm_exporter: Annotated[
             str, typer.Option(help="dcgm-exporter URL to scrape every 10 s, or off")
         ] = DCGM_URL,
-        rules: Annotated[
-            list[Path] | None, typer.Option("--rules", help="rule files or directories (default: built-in)")
-        ] = None,
+        rules: RulesOpt = None,
+        no_builtin_rules: NoBuiltinRulesOpt = False,
         no_rules: Annotated[
             bool, typer.Option("--no-rules", help="collect only; do not evaluate rules")
         ] = False,
@@ -239,7 +239,7 @@ def register(app: typer.Typer) -> None:
             from fleettool.cli.rules_cmd import _load
             from fleettool.engine.incremental import RuleScheduler
 
-            scheduler = RuleScheduler(_load(rules))
+            scheduler = RuleScheduler(_load(rules, no_builtin_rules))
         ag = Agent(cfg, collectors, scheduler=scheduler)
         web = _web_config(web_config_file)
         # before the port answers: a probe that passes means SIGTERM flushes and stops (a SIGTERM in the moment

@@ -57,9 +57,21 @@ def alerts(
         )
     emit(
         [with_iso(r, "first_seen", "last_seen", "ack_until") for r in rows],
-        ["alert_id", "severity", "category", "node", "gpu", "action", "state", ("note", _note), "summary"],
+        [
+            "alert_id",
+            "rule",
+            "severity",
+            "category",
+            "node",
+            "gpu",
+            "action",
+            "state",
+            ("note", _note),
+            "summary",
+        ],
         as_json=json_out,
         fmt=fmt,
+        drop=("note", "category", "action", "state", "rule", "gpu"),  # a narrow terminal loses these first
     )
 
 

@@ -211,14 +211,14 @@ def register(app: typer.Typer) -> None:
         if rep.get("window") is None:
             print("no telemetry, alerts or lifecycle moves in the store: nothing to report")
             return
-        from fleettool.units import human_duration
+        from fleettool.units import days, human_duration, percent
 
         mtbf = human_duration(f["mtbf_s"]) if f.get("mtbf_s") is not None else "n/a (no interruptions)"
         cats = (
             ", ".join(f"{k} {v}" for k, v in sorted((f.get("incidents_by_category") or {}).items())) or "none"
         )
         print(
-            f"fleet: {f.get('nodes', 0)} nodes, availability {f.get('availability')}, "
+            f"fleet: {f.get('nodes', 0)} nodes, availability {percent(f.get('availability'))}, "
             f"{f.get('interruptions', 0)} interruptions, MTBF {mtbf}, pages by category: {cats}"
         )
         if rep.get("nodes"):
@@ -226,7 +226,7 @@ def register(app: typer.Typer) -> None:
                 rep["nodes"],
                 [
                     "node",
-                    "availability",
+                    ("availability", lambda n: percent(n.get("availability"))),
                     "interruptions",
                     ("down", lambda n: human_duration(n.get("down_s"))),
                     ("mtbf", lambda n: human_duration(n.get("mtbf_s"))),
@@ -238,7 +238,7 @@ def register(app: typer.Typer) -> None:
             print(
                 f"reliability: {rel['faults']} faults (pages and times out of service, overlapping ones apart) "
                 f"on {rel['servers_affected']} of {rel['servers']} servers, "
-                f"MTBF {rel['mtbf_days']} server-days, repair days median {rd['median']} / p90 {rd['p90']} "
+                f"MTBF {days(rel['mtbf_days'])}, repair time median {days(rd['median'])} / p90 {days(rd['p90'])} "
                 "(report --incidents FILE for an incident log)"
             )
 
@@ -306,12 +306,15 @@ def _incident_report(
     if fmt in ("csv", "parquet"):  # the faults themselves, in the CSV form --incidents reads back
         emit(fault_rows(df), [], as_json=False, fmt=fmt)
         return
+    from fleettool.units import days, percent
+
     ro, rd = rep["repeat_offenders"], rep["repair_days"]
     share = f"{ro['top_10pct_share']:.1%}" if ro["top_10pct_share"] is not None else "-"
     print(
         f"{rep['faults']} faults on {rep['servers_affected']} of {rep['servers']} servers over "
-        f"{rep['span_days']:g} days: MTBF {rep['mtbf_days']} server-days, availability {rep['availability']}\n"
-        f"repair days: median {rd['median']}, mean {rd['mean']}, p90 {rd['p90']}; the top 10 % of affected "
+        f"{days(rep['span_days'])}: MTBF {days(rep['mtbf_days'])} (server time per fault), availability "
+        f"{percent(rep['availability'])}\n"
+        f"repair time: median {days(rd['median'])}, mean {days(rd['mean'])}, p90 {days(rd['p90'])}; the top 10 % of affected "
         f"servers ({ro['top_10pct_servers']}) hold {share} of the faults; {ro['servers_5plus']} servers have 5+"
     )
     print_table([{"class": k, "faults": v} for k, v in rep["by_class"].items()], ["class", "faults"])

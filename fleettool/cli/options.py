@@ -42,5 +42,14 @@ ReasonOpt = Annotated[str, typer.Option("--reason", "-m", help="why")]
 FleetOpt = Annotated[str, typer.Option("--fleet", help="a directory (NFS) or s3://bucket/prefix")]
 FleetInsteadOpt = Annotated[str | None, typer.Option("--fleet", help="a fleet location instead")]
 RulesOpt = Annotated[
-    list[Path] | None, typer.Option("--rules", help="rule files or directories (default: the built-in set)")
+    list[Path] | None,
+    typer.Option(
+        "--rules",
+        help="rule files or directories, added to the built-in set (a name the built-in set has is refused); "
+        "with --no-builtin-rules, instead of it",
+    ),
+]
+NoBuiltinRulesOpt = Annotated[
+    bool,
+    typer.Option("--no-builtin-rules", help="judge with the --rules files alone, without the built-in set"),
 ]

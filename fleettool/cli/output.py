@@ -4,8 +4,11 @@ Parquet for analysis (`--format csv|parquet`), or as a table for people.
 stdout is data. JSON is `json.dump(..., indent=1)` plus a newline, the shape scripts and the tests rely on. Tables
 are printed by rich without borders: one row per line, columns two spaces apart, headers in capitals, cells
 never wrapped (a long one ends in an ellipsis), so `grep` and `cut` still work on them. Piped, a table is as wide
-as its cells need (up to 80 characters a column); on a terminal, it fits the terminal. Cell text is shown as
-it is: no rich markup, highlighting or emoji codes are read from the data.
+as its cells need (up to 80 characters a column). On a terminal, or wherever `COLUMNS` is set, it fits that
+width as k9s and rich do: while the widest column (the summary) would be left under FLEX_MIN characters, the
+least important columns are dropped (the command's `drop` order, else right to left), then rich narrows the
+widest; a cell is never cut at 80 when the width has room for it. Cell text is shown as it is: no rich markup,
+highlighting or emoji codes are read from the data.
 
     emit(rows, ["ts", "node", "kind", ("gpu", lambda r: r["gpu"] if r["gpu"] is not None else "-")], as_json=j)
 """
@@ -13,13 +16,17 @@ it is: no rich markup, highlighting or emoji codes are read from the data.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 Row = Mapping[str, Any]
 Column = str | tuple[str, Callable[[Row], Any]]  # a key of the row, or a header and how to compute the cell
-MAX_CELL = 80  # characters a column may take
+MAX_CELL = 80  # characters a column may take, piped
+FLEX_MIN = 30  # characters the widest column keeps on a narrow terminal before others are dropped
+GAP = 2  # spaces between columns
 NONE = "(none)"  # what a table of no rows prints
 
 
@@ -53,32 +60,57 @@ def _numeric(values: list[Any]) -> bool:
     return bool(present) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present)
 
 
-def print_table(rows: Sequence[Row], columns: Sequence[Column]) -> None:
-    """The rows as a borderless table of these columns; `(none)` when there are none."""
+def table_width() -> int | None:
+    """The width a table fits: `COLUMNS` when set, else the terminal's; None piped (as wide as the cells)."""
+    env = os.environ.get("COLUMNS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    return None
+
+
+def print_table(rows: Sequence[Row], columns: Sequence[Column], drop: Sequence[str] = ()) -> None:
+    """The rows as a borderless table of these columns; `(none)` when there are none. `drop`: the headers
+    to leave out first where the width is short, least important first."""
     if not rows:
         print(NONE)
         return
+    from rich.cells import cell_len
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     heads = [c if isinstance(c, str) else c[0] for c in columns]
     grid = [[r.get(c) if isinstance(c, str) else c[1](r) for c in columns] for r in rows]
+    width = table_width()
+    keep = list(range(len(heads)))
+    sized: dict[int, int] = {}  # a column's width where the table must fit `width` ({}: rich squeezes)
+    if width is not None:
+        from fleettool.views import fit_columns
+
+        widths = [max(cell_len(h), *(cell_len(_cell(g[i])) for g in grid)) for i, h in enumerate(heads)]
+        keep, sized = fit_columns(heads, widths, width, drop, flex_min=FLEX_MIN, gap=GAP)
     table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, header_style="bold")
-    for i, head in enumerate(heads):
+    for i in keep:
         table.add_column(
-            head.upper(),
+            heads[i].upper(),
             justify="right" if _numeric([g[i] for g in grid]) else "left",
             no_wrap=True,
             overflow="ellipsis",
-            max_width=MAX_CELL,
+            width=sized.get(i),
+            max_width=MAX_CELL if width is None else None,
         )
     for g in grid:
-        table.add_row(*(Text(_cell(v)) for v in g))
-    tty = sys.stdout.isatty()
-    # piped: wide enough that no cell is cut short of MAX_CELL; on a terminal, its own width
-    width = None if tty else (MAX_CELL + 2) * len(columns)
-    console = Console(file=sys.stdout, width=width, markup=False, highlight=False, emoji=False)
+        table.add_row(*(Text(_cell(g[i])) for i in keep))
+    # piped: wide enough that no cell is cut short of MAX_CELL; else the width it fits
+    console = Console(
+        file=sys.stdout,
+        width=(MAX_CELL + 2) * len(columns) if width is None else width,
+        markup=False,
+        highlight=False,
+        emoji=False,
+    )
     with console.capture() as cap:
         console.print(table)
     for line in cap.get().splitlines():  # rich pads the last column; a line ends where its text does
@@ -92,9 +124,17 @@ def _flat(v: Any) -> Any:
     return v
 
 
-def emit(rows: Sequence[Row], columns: Sequence[Column], *, as_json: bool, fmt: str = "table") -> None:
-    """The rows in `fmt`: a table of these columns; or, with every field, a JSON array (`as_json` too), CSV
-    with a header, or Parquet (through polars, to a redirected stdout)."""
+def emit(
+    rows: Sequence[Row],
+    columns: Sequence[Column],
+    *,
+    as_json: bool,
+    fmt: str = "table",
+    drop: Sequence[str] = (),
+) -> None:
+    """The rows in `fmt`: a table of these columns (`drop`: the headers a narrow terminal loses first); or,
+    with every field, a JSON array (`as_json` too), CSV with a header, or Parquet (through polars, to a
+    redirected stdout)."""
     if as_json or fmt == "json":
         print_json(list(rows))
     elif fmt == "csv":
@@ -126,4 +166,4 @@ def emit(rows: Sequence[Row], columns: Sequence[Column], *, as_json: bool, fmt: 
         sys.stdout.buffer.write(buf.getvalue())
         sys.stdout.buffer.flush()
     else:
-        print_table(rows, columns)
+        print_table(rows, columns, drop)

@@ -82,11 +82,14 @@ def register(app: typer.Typer) -> None:
             shaped = {x["run_id"]: x["shape"] for x in shapes(store)}
             per_shape = Counter(shaped.values())
             table: dict[str, list[dict[str, Any]]] = {}
+            counts: dict[str, int] = {}
             if rows and runs:
                 for r in store.query(
                     "SELECT * FROM nccl_rows WHERE run_id IN (SELECT run_id FROM nccl_runs) ORDER BY size_bytes"
                 ):
                     table.setdefault(r.pop("run_id"), []).append(r)
+            elif runs:  # --no-rows: how many, still (it said 0 for runs of 8 rows)
+                counts = dict(store.rows("SELECT run_id, count(*) FROM nccl_rows GROUP BY run_id"))
         out = [
             {
                 "op": r["op"],
@@ -94,7 +97,7 @@ def register(app: typer.Typer) -> None:
                 "nodes": list(r["nodes"] or []),
                 "avg_busbw_gbps": r["avg_busbw_gbps"],
                 "peak_busbw_gbps": r["peak_busbw_gbps"],
-                "rows": table.get(r["run_id"], []) if rows else len(table.get(r["run_id"], [])),
+                "rows": table.get(r["run_id"], []) if rows else counts.get(r["run_id"], 0),
                 "source": r["source"],
                 "ts": iso(r["ts"]),
                 "wrong": r["wrong"],

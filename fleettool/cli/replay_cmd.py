@@ -22,6 +22,7 @@ import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, open_store, parse_size_option
 from fleettool.cli.exit_codes import ExitCode
+from fleettool.cli.options import NoBuiltinRulesOpt, RulesOpt
 from fleettool.cli.output import with_iso
 
 DEMO_DIR = Path(__file__).resolve().parent.parent / "data" / "demo"
@@ -86,8 +87,9 @@ def _replay(
     year: int | None = None,
     max_bytes: int | None = None,
     as_agent: tuple[tuple[float, float], ...] | None = None,
+    no_builtin_rules: bool = False,
 ) -> None:
-    from fleettool.engine.rules import RuleError, load_rules
+    from fleettool.cli.rules_cmd import _load
     from fleettool.ingest.report import IngestOptions
     from fleettool.ingest.run import store_files
     from fleettool.recording.files import MAX_BYTES
@@ -95,10 +97,7 @@ def _replay(
 
     if not src.exists():
         raise die(f"{src}: no such file or directory", ExitCode.BAD_INPUT)
-    try:
-        rules = load_rules(rules_paths)
-    except (RuleError, OSError) as e:
-        raise die(str(e), ExitCode.BAD_INPUT) from None
+    rules = _load(rules_paths, no_builtin_rules)  # the built-in set plus --rules; exit 3 naming a bad file
     opts = IngestOptions(
         node=node,
         strict=strict,
@@ -335,10 +334,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
         json_out: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="do not list skipped lines")] = False,
-        rules: Annotated[
-            list[Path] | None,
-            typer.Option("--rules", help="rule files or directories (default: the built-in set)"),
-        ] = None,
+        rules: RulesOpt = None,
+        no_builtin_rules: NoBuiltinRulesOpt = False,
         as_agent: Annotated[
             bool,
             typer.Option(
@@ -379,7 +376,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"not a year: {year}", param_hint="--year")
         t = parse_at(at) if at is not None else None
         mb, judged = _max_bytes(max_file_size), downs if as_agent else None
-        _replay(db, recording, node, strict, json_out, quiet, rules, t, year, mb, judged)
+        _replay(db, recording, node, strict, json_out, quiet, rules, t, year, mb, judged, no_builtin_rules)
 
     @app.command()
     def demo(

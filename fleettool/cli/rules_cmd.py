@@ -10,7 +10,7 @@ import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, open_store
 from fleettool.cli.exit_codes import ExitCode
-from fleettool.cli.options import DbOpt, FormatOpt, JsonOpt, RulesOpt
+from fleettool.cli.options import DbOpt, FormatOpt, JsonOpt, NoBuiltinRulesOpt, RulesOpt
 from fleettool.cli.output import emit, print_json
 
 if TYPE_CHECKING:
@@ -19,25 +19,33 @@ if TYPE_CHECKING:
 rules_app = typer.Typer(help="Inspect, lint, test and export the alert rules.", no_args_is_help=True)
 
 
-def _load(paths: list[Path] | None) -> list[Rule]:
-    """The rules of these files (the built-in set when None), or exit 3 naming the file that is wrong."""
+def _load(paths: list[Path] | None, no_builtin: bool = False) -> list[Rule]:
+    """The built-in rules plus those of these files (without the built-in set: `no_builtin`), or exit 3 naming
+    the file that is wrong (a rule named as a built-in one too), 2 for --no-builtin-rules with no --rules."""
     from fleettool.engine.rules import RuleError, load_rules
 
+    if no_builtin and not paths:
+        raise die("--no-builtin-rules needs --rules FILE|DIR: no rule would be left to judge", ExitCode.USAGE)
     for p in paths or []:
         if not p.exists():
             raise die(f"{p}: no such file or directory (--rules)", ExitCode.BAD_INPUT)
     try:
-        rules = load_rules(paths)
+        rules = load_rules(paths, builtin=not no_builtin)
     except UnicodeDecodeError:
         raise die(f"{_undecodable(paths or [])}: not a text (YAML) file", ExitCode.BAD_INPUT) from None
     except (RuleError, OSError) as e:
         raise die(str(e), ExitCode.BAD_INPUT) from None
-    if paths and not rules:
+    if paths and not any(r.source in _given(paths) for r in rules):
         raise die(
             f"no rules in {', '.join(map(str, paths))} (a rule file is YAML with groups: [{{rules: [...]}}])",
             ExitCode.BAD_INPUT,
         )
     return rules
+
+
+def _given(paths: list[Path]) -> set[str]:
+    """The sources (rule.source) of the rule files given."""
+    return {str(f) for p in paths for f in (sorted(p.glob("*.y*ml")) if p.is_dir() else [p])}
 
 
 def _undecodable(paths: list[Path]) -> str:
@@ -52,12 +60,17 @@ def _undecodable(paths: list[Path]) -> str:
 
 
 @rules_app.command("list")
-def list_rules(rules: RulesOpt = None, json_out: JsonOpt = False, fmt: FormatOpt = "table") -> None:
+def list_rules(
+    rules: RulesOpt = None,
+    no_builtin: NoBuiltinRulesOpt = False,
+    json_out: JsonOpt = False,
+    fmt: FormatOpt = "table",
+) -> None:
     """List the rules: name, kind, severity, category, action, runbook.
 
     Example: fleettool rules list --json
     """
-    rs = _load(rules)
+    rs = _load(rules, no_builtin)
     rows = [
         {
             "alert": r.alert,
@@ -76,9 +89,13 @@ def list_rules(rules: RulesOpt = None, json_out: JsonOpt = False, fmt: FormatOpt
 
 
 @rules_app.command()
-def check(rules: RulesOpt = None, json_out: JsonOpt = False) -> None:
+def check(rules: RulesOpt = None, no_builtin: NoBuiltinRulesOpt = False, json_out: JsonOpt = False) -> None:
     """Lint the rules: schema, unique names, known metrics, a runbook for every rule and a rule for every
     runbook, every rule covered by a test with a must-not-fire case. Exit 1 on any problem.
+
+    The built-in rules are judged on fleettool's runbooks and tests; the rules of a --rules folder on that
+    folder's own: its runbooks in DIR/runbooks (or a runbooks/ beside DIR) and its tests in DIR/tests/*.test.yaml
+    (a file given: its folder's).
 
     --json prints one object: {"rules": number of rules, "problems": [one line per problem, naming the file and
     rule], "ok": true when there are none}.
@@ -88,10 +105,14 @@ def check(rules: RulesOpt = None, json_out: JsonOpt = False) -> None:
     from fleettool.engine.rules import check_rules
     from fleettool.engine.ruletest import builtin_test_files, coverage
 
-    rs = _load(rules)
-    problems = check_rules(rs)
-    if rules is None:
-        problems += coverage(rs, builtin_test_files())
+    rs = _load(rules, no_builtin)
+    given = _given(rules or [])
+    site = [r for r in rs if r.source in given]
+    own = [r for r in rs if r.source not in given]
+    problems = []
+    if not no_builtin:
+        problems += check_rules(own) + coverage(own, builtin_test_files())
+    problems += _site_problems(site)
     if json_out:
         print_json({"rules": len(rs), "problems": problems, "ok": not problems})
     else:
@@ -100,6 +121,27 @@ def check(rules: RulesOpt = None, json_out: JsonOpt = False) -> None:
         print(f"{len(rs)} rules, {len(problems)} problems", file=sys.stderr)
     if problems:
         raise typer.Exit(int(ExitCode.FAILURE))
+
+
+def _site_problems(site: list[Rule]) -> list[str]:
+    """The rules of each folder given, judged on that folder's runbooks and tests (never fleettool's)."""
+    from fleettool.engine.rules import check_rules, runbook_names, site_runbooks
+    from fleettool.engine.ruletest import coverage
+
+    problems: list[str] = []
+    by_dir: dict[Path, list[Rule]] = {}
+    for r in site:
+        by_dir.setdefault(Path(r.source).parent, []).append(r)
+    for d, rs in by_dir.items():
+        books = site_runbooks(d)
+        if books is None:
+            problems.append(f"{d}: no runbooks (looked in {d / 'runbooks'} and {d.parent / 'runbooks'})")
+        problems += check_rules(rs, runbook_names(books) if books else set(), f"{books or d / 'runbooks'}/")
+        tests = sorted((d / "tests").glob("*.test.y*ml"))
+        if not tests:
+            problems.append(f"{d / 'tests'}: no rule tests (*.test.yaml): {len(rs)} rules not covered")
+        problems += coverage(rs, tests)
+    return problems
 
 
 @rules_app.command()
@@ -201,6 +243,7 @@ def export(
         bool, typer.Option("--prometheus", help="Prometheus alerting rules (the only format)")
     ] = True,
     rules: RulesOpt = None,
+    no_builtin: NoBuiltinRulesOpt = False,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="write here instead of stdout")] = None,
     names: Annotated[
         str,
@@ -252,7 +295,7 @@ def export(
 
     if not LABEL_NAME.fullmatch(node_label):
         raise die(f"--node-label {node_label!r}: not a Prometheus label name", ExitCode.USAGE)
-    rs = _load(rules)
+    rs = _load(rules, no_builtin)
     ex = build(rs, names, runbook_base, node_label)
     if out:
         try:

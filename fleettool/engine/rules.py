@@ -214,43 +214,67 @@ def builtin_rule_files() -> list[tuple[str, str]]:
     )
 
 
-def load_rules(paths: list[Path] | None = None) -> list[Rule]:
-    """The built-in rules, or the rule files given (files or directories). Names must be unique."""
+def given_rule_files(paths: list[Path]) -> list[tuple[str, str]]:
+    """(where, text) of the rule files given: files as they are, directories' *.yaml / *.yml."""
     files: list[tuple[str, str]] = []
-    if paths:
-        for p in paths:
-            if p.is_dir():
-                files += [(str(f), f.read_text()) for f in sorted(p.glob("*.y*ml")) if f.is_file()]
-            else:
-                files.append((str(p), p.read_text()))
-    else:
-        files = builtin_rule_files()
+    for p in paths:
+        if p.is_dir():
+            files += [(str(f), f.read_text()) for f in sorted(p.glob("*.y*ml")) if f.is_file()]
+        else:
+            files.append((str(p), p.read_text()))
+    return files
+
+
+def load_rules(paths: list[Path] | None = None, *, builtin: bool | None = None) -> list[Rule]:
+    """The built-in rules plus the rule files given (files or directories). `builtin` False: the files given
+    alone; None (a rule test's rule_files): the built-in set only when no files are given. Names must be
+    unique; a file's rule named as a built-in one is refused, naming both."""
+    if builtin is None:
+        builtin = not paths
+    own = builtin_rule_files() if builtin else []
     rules: list[Rule] = []
     seen: dict[str, str] = {}
-    for where, text in files:
+    builtin_where = {w for w, _ in own}
+    for where, text in own + given_rule_files(paths or []):
         for r in parse_rules(text, where):
             if r.alert in seen:
+                if seen[r.alert] in builtin_where and where not in builtin_where:
+                    raise RuleError(
+                        f"{where}: rule {r.alert!r} is also a built-in rule ({seen[r.alert]}): rename it, or "
+                        "replace the built-in set with --no-builtin-rules"
+                    )
                 raise RuleError(f"{where}: rule {r.alert!r} is also defined in {seen[r.alert]}")
             seen[r.alert] = where
             rules.append(r)
     return rules
 
 
-def runbook_names() -> set[str]:
-    root = resources.files("fleettool.runbooks")
+def runbook_names(folder: Path | None = None) -> set[str]:
+    """The runbooks (*.md but README.md) of a folder, or fleettool's own."""
+    root = resources.files("fleettool.runbooks") if folder is None else folder
     return {p.name for p in root.iterdir() if p.name.endswith(".md") and p.name.lower() != "readme.md"}
 
 
-def check_rules(rules: list[Rule]) -> list[str]:
-    """Lint beyond the schema: every rule has a runbook and a summary; every runbook has a rule."""
+def check_rules(rules: list[Rule], books: set[str] | None = None, where: str = RUNBOOK_BASE) -> list[str]:
+    """Lint beyond the schema: every rule has a runbook and a summary; every runbook has a rule. `books`: the
+    runbooks' names in `where` (default: fleettool's own runbooks/)."""
     problems = []
-    books = runbook_names()
+    books = runbook_names() if books is None else books
     wanted = {kebab(r.alert) + ".md" for r in rules}
     for r in rules:
         if kebab(r.alert) + ".md" not in books:
-            problems.append(f"{r.source}: rule {r.alert}: no runbook {r.runbook}")
+            problems.append(f"{r.source}: rule {r.alert}: no runbook {where}{kebab(r.alert)}.md")
         if not r.summary:
             problems.append(f"{r.source}: rule {r.alert}: no summary")
     for b in sorted(books - wanted):
-        problems.append(f"runbooks/{b}: no rule named after it")
+        problems.append(f"{where}{b}: no rule named after it")
     return problems
+
+
+def site_runbooks(folder: Path) -> Path | None:
+    """Where a site's rule folder keeps its runbooks: FOLDER/runbooks, else a runbooks/ beside it (as
+    fleettool's own rules/ and runbooks/ are); None when neither exists."""
+    for d in (folder / "runbooks", folder.parent / "runbooks"):
+        if d.is_dir():
+            return d
+    return None

@@ -13,6 +13,7 @@ from fleettool.tui.messages import StatsLoaded
 from fleettool.tui.screens.base import DataScreen
 from fleettool.tui.tables import fill
 from fleettool.tui.text import assemble
+from fleettool.units import human_duration, percent
 
 HEADERS = {
     "statnodes": ("node", "availability", "interruptions", "down", "MTBF"),
@@ -51,11 +52,11 @@ class StatsScreen(DataScreen):
         rep = msg.rep
         f = rep.get("fleet") or {}
         tl = rep.get("timeline") or []
-        mtbf = "-" if f.get("mtbf_s") is None else f"{f['mtbf_s'] / 3600:.1f} h"
+        mtbf = human_duration(f.get("mtbf_s"))  # the same units as `fleettool report`
         self.query_one("#stats", Static).update(
             assemble(
                 ("fleet", "b"),
-                f": {f.get('nodes', 0)} nodes, availability {f.get('availability', 1):.4%}, "
+                f": {f.get('nodes', 0)} nodes, availability {percent(f.get('availability', 1))}, "
                 f"{f.get('interruptions', 0)} interruptions, MTBF {mtbf}",
             )
             if rep.get("window") is not None
@@ -67,7 +68,7 @@ class StatsScreen(DataScreen):
             (
                 x["node"],
                 time.strftime("%Y-%m-%d %H:%M", time.gmtime(x["from"])),
-                f"{(x['to'] - x['from']) / 60:.0f} min",
+                human_duration(x["to"] - x["from"]),
             )
             for x in sorted(tl, key=lambda x: -x["from"])[:15]
         ]
@@ -75,10 +76,10 @@ class StatsScreen(DataScreen):
         nodes = [
             (
                 n["node"],
-                f"{n['availability']:.4%}",
+                percent(n["availability"]),
                 str(n["interruptions"]),
-                f"{n['down_s'] / 60:.0f} min",
-                "-" if n["mtbf_s"] is None else f"{n['mtbf_s'] / 3600:.1f} h",
+                human_duration(n["down_s"]),
+                human_duration(n["mtbf_s"]),
             )
             for n in sorted(rep.get("nodes", []), key=lambda n: (n["availability"], n["node"]))
         ]
