@@ -20,7 +20,7 @@ from fleettool.engine.evaluate import evaluate_rule
 from fleettool.engine.kinds import _event_runs
 from fleettool.engine.kinds.event import evaluate as event_evaluate
 from fleettool.engine.rules import Rule, load_rules
-from fleettool.model import Event
+from fleettool.model import Event, Sample
 from fleettool.pipeline import Pipeline
 from fleettool.store import Store
 
@@ -89,7 +89,9 @@ def test_folded_storm_gives_the_line_by_line_findings(
         monkeypatch.setattr(_event_runs, "SMALL", 10**9)  # every entity line by line, as before the change
         by_line = [_findings(st, a, b) for a, b in windows]
     assert [len(f) for f in folded] == [len(f) for f in by_line]
-    assert sum(len(f) for f in folded) > 10  # the storms and the sparse lines gave many findings
+    # the storms and the sparse lines gave many findings; a DBE (48) is a held fault, never folded: one open
+    # finding per boot epoch (kinds/_held.py), line by line on both sides
+    assert sum(len(f) for f in folded) > (2 if code == 48 else 10)
     for fs, ls in zip(folded, by_line, strict=True):
         for f, g in zip(fs, ls, strict=True):
             assert f == g
@@ -105,7 +107,9 @@ def test_a_storm_is_held_as_runs_not_lines(tmp_path: Path) -> None:
         Event(T0 + 7.0 * i, "n", "xid", _line(45, i), gpu=2, pci_bus_id=PCI, code=45) for i in range(5000)
     ]
     with Store(tmp_path / "s.duckdb") as st:
-        Pipeline(st).write(Collected(events=events), T0)
+        # the node's own time goes on past the storm (the agent's own series): keep_firing_for runs out
+        beat = Sample(T0 + 7.0 * 5000 + 2 * H, "n", None, None, "agent_buffer_rows", 0.0)
+        Pipeline(st).write(Collected(events=events, samples=[beat]), T0)
         res = event_evaluate(st, _rule(), T0, T0 + 7.0 * 5000 + 2 * H)
         (ent,) = res.obs
         assert len(res.extra[ent]["events"]) == 20

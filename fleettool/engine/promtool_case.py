@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from fleettool.engine.kinds._held import hold_of
 from fleettool.engine.kinds._promql import NAME_SETS, NODE, dur
 from fleettool.engine.kinds.event import class_alert
 from fleettool.engine.promql import Export
@@ -289,12 +290,32 @@ class Case:
                 blocked.add(alert)
                 self.gap(out, it, self.judged_by_line(c, judged, static))
                 continue
+            held = self.held_past_keep(c, rule, t)
+            if held is not None:
+                blocked.add(alert)
+                self.gap(out, it, held)
+                continue
             seen = self.seen_as(c, t)
             if isinstance(seen, str):
                 self.gap(out, it, seen)
                 continue
             got[alert].append(seen | static)
         return {a: al for a, al in got.items() if a not in blocked}
+
+    def held_past_keep(self, c: Entity, rule: Rule, t: float) -> str | None:
+        """Why an expectation of a held hardware fault past keep_firing_for has no PromQL form, or None."""
+        lines = [ln for ln in c.lines if ln["t"] <= t]
+        if not lines or c.code is None and c.kind != "fell-off-bus":
+            return None
+        last = lines[-1]
+        hold = hold_of(c.kind, c.code, dict(last.get("detail") or {}))
+        if hold is None or t < last["t"] + rule.keep_s:
+            return None
+        return (
+            f"fleettool holds this {hold} fault until the action it asks for is seen (a boot, a GPU reset, "
+            f"a new GPU, a proven return); a count per code ends keep_firing_for ({dur(rule.keep_s)}) after "
+            "the line"
+        )
 
     def judged_by_line(self, c: Entity, judged: dict[str, str], static: dict[str, str]) -> str:
         last = c.lines[-1]
