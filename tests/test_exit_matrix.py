@@ -87,7 +87,6 @@ READERS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
 ]
 # writers that create a new store, and those that need an existing one
 CREATORS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
-    (("node",), ("gpu-17", "suspect", "-m", "test")),
     (("agent",), AGENT),
     (("replay",), ("{fixture}", "-q")),
     (("burnin",), ("--node", "{host}", "--backend", "cpu", "--tests", "gemm")),
@@ -95,6 +94,8 @@ CREATORS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
 NEEDERS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     # a silence in a new file would silence nothing
     (("silence", "add"), ("--node", "gpu-17", "--for", "1h")),
+    # a lifecycle move in a mistyped --db would cordon the node in a throwaway file
+    (("node",), ("gpu-17", "cordon", "-m", "test")),
     (("alerts", "ack"), ("0123456789abcdef",)),
     (("alerts", "resolve"), ("0123456789abcdef",)),
     (("silence", "expire"), ("0123456789ab",)),
