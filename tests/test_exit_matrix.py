@@ -243,7 +243,25 @@ def _damaged_cases() -> Iterator[Case]:
     yield Case(("store", "salvage"), ("--db", "{store}", "--out", "{text}"), USAGE, "--out", "--out exists")
 
 
-CASES = [*_db_cases(), *_path_cases(), *_number_cases(), *_tool_cases(), *_damaged_cases()]
+def _issue29_cases() -> Iterator[Case]:
+    """The command fixes of issue 29: each refuses at once, with its one line."""
+    yield Case(
+        ("alerts", "resolve"),
+        ("3f2", "--db", "{store}"),
+        BAD_INPUT,
+        "no alert '3f2' in {store} (an id, or a unique prefix of at least 4 characters)",
+        "an id prefix under 4 characters",
+    )
+
+
+CASES = [
+    *_db_cases(),
+    *_path_cases(),
+    *_number_cases(),
+    *_tool_cases(),
+    *_damaged_cases(),
+    *_issue29_cases(),
+]
 
 
 @dataclass

@@ -119,6 +119,16 @@ def alert_by_id(store: Store, alert_id: str) -> dict[str, Any] | None:
     return rows[0] if rows else None
 
 
+def alert_ids_starting(store: Store, prefix: str, limit: int = 10) -> list[str]:
+    """The ids of alerts that start with `prefix` (case-insensitive, as the ids are lower-case hex), sorted:
+    one for a unique prefix, several for an ambiguous one (at most `limit`), none for no match."""
+    rows = store.query(
+        "SELECT alert_id FROM alerts WHERE starts_with(lower(alert_id), ?) ORDER BY alert_id LIMIT ?",
+        [prefix.lower(), limit],
+    )
+    return [r["alert_id"] for r in rows]
+
+
 def alert_exists(store: Store, alert_id: str) -> bool:
     return bool(store.scalar("SELECT count(*) FROM alerts WHERE alert_id = ?", [alert_id]))
 
