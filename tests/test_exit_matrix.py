@@ -89,6 +89,7 @@ READERS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
 CREATORS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("agent",), AGENT),
     (("replay",), ("{fixture}", "-q")),
+    (("demo",), ()),  # --db keeps the demo's store
     (("burnin",), ("--node", "{host}", "--backend", "cpu", "--tests", "gemm")),
 ]
 NEEDERS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [

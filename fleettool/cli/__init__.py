@@ -12,6 +12,7 @@ from fleettool.cli import (
     agent_cmd,
     alerts_cmd,
     burnin_cmd,
+    demo_cmd,
     fleet_cmd,
     node_cmd,
     query_cmd,
@@ -51,6 +52,7 @@ def _root(
 
 agent_cmd.register(app)
 replay_cmd.register(app)
+demo_cmd.register(app)
 query_cmd.register(app)
 rules_cmd.register(app)
 rules_cmd.register_baselines(app)
