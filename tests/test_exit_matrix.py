@@ -253,6 +253,13 @@ def _issue29_cases() -> Iterator[Case]:
         "no alert '3f2' in {store} (an id, or a unique prefix of at least 4 characters)",
         "an id prefix under 4 characters",
     )
+    yield Case(
+        ("record",),
+        ("--out", "{emptydir}/rec", "--source", "fake", "--recording", "{garbage}", "--duration", "10m"),
+        int(ExitCode.NOT_TESTED),
+        "nothing can be recorded into {emptydir}/rec: nvml: fake source cannot play {garbage}",
+        "no collector can start: at once, not after --duration",
+    )
 
 
 CASES = [

@@ -334,3 +334,42 @@ def test_an_older_recordings_own_event_lines_are_named_not_dropped(tmp_path: Pat
     assert r.returncode == 0 and f"{log}:2: fleettool's own event as an older recording wrote it" in r.stderr
     r = run_cli("replay", str(log), "--db", str(tmp_path / "b.duckdb"), "--strict")
     assert r.returncode == 3, r.stderr
+
+
+def test_record_gives_up_at_once_when_nothing_can_be_recorded(tmp_path: Path) -> None:
+    """No collector can start (a recording the fake GPU source cannot play stands for NVML that cannot load):
+    `record --duration 10m` exits 7 at once with the reason, instead of after ten minutes, and leaves no
+    directory behind. Where NVML cannot load on this host, the real NVML source does the same."""
+    bad = tmp_path / "not-a-recording.om"
+    bad.write_text("garbage\n")
+    out = tmp_path / "rec"
+    r = run_cli(
+        "record",
+        "--out",
+        str(out),
+        "--source",
+        "fake",
+        "--recording",
+        str(bad),
+        "--duration",
+        "10m",
+        timeout=60,
+    )
+    assert r.returncode == 7, r.stderr
+    assert r.stderr.splitlines() == [
+        f"fleettool: nothing can be recorded into {out}: nvml: fake source cannot play {bad}: {bad}:1: "
+        "sample has no value"
+    ]
+    assert not out.exists()
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        real = run_cli("record", "--out", str(out), "--duration", "10m", timeout=60)
+        assert (
+            real.returncode == 7 and "nothing can be recorded" in real.stderr and "nvml: NVML" in real.stderr
+        )
+        assert not out.exists()
+    else:  # a host with a driver records GPUs; the fake source's case above holds everywhere
+        pynvml.nvmlShutdown()

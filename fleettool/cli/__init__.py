@@ -16,6 +16,7 @@ from fleettool.cli import (
     fleet_cmd,
     node_cmd,
     query_cmd,
+    record_cmd,
     replay_cmd,
     rules_cmd,
     store_cmd,
@@ -51,6 +52,7 @@ def _root(
 
 
 agent_cmd.register(app)
+record_cmd.register(app)
 replay_cmd.register(app)
 demo_cmd.register(app)
 query_cmd.register(app)
