@@ -260,6 +260,13 @@ def _issue29_cases() -> Iterator[Case]:
         "nothing can be recorded into {emptydir}/rec: nvml: fake source cannot play {garbage}",
         "no collector can start: at once, not after --duration",
     )
+    yield Case(
+        ("burnin",),
+        ("--via", "local", "--node", "gpu-17", "--backend", "cpu", "--db", "{new}"),
+        USAGE,
+        "--via local runs here",
+        "--via local naming another host",
+    )
 
 
 CASES = [
