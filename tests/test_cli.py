@@ -91,7 +91,7 @@ def test_events_json_has_the_fields_design_fixes(db: Path) -> None:
         "node": "gpu-21",
         "gpu": 3,
         "uuid": None,
-        "pci_bus_id": "0000:5d:00",
+        "pci_bus_id": "00000000:5D:00.0",  # nvidia-smi's form, whatever came in
         "kind": "xid",
         "code": 79,
         "message": "GPU has fallen off the bus.",

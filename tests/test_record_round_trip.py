@@ -144,7 +144,7 @@ def test_a_recording_replays_into_the_events_and_gpus_the_agent_stored(tmp_path:
         {k: e[k] for k in COMPARED.split(", ")} for e in live
     ]
     lost = next(
-        e for e in replayed if e["kind"] == "xid" and e["code"] == 79 and e["pci_bus_id"] == "0000:28:00"
+        e for e in replayed if e["kind"] == "xid" and e["code"] == 79 and e["pci_bus_id"] == "00000000:28:00.0"
     )
     assert lost["gpu"] == 1 and lost["uuid"] == "GPU-fa4e0000-0000-4000-8000-000000000001"
     # NVML's events keep their source; the kernel's say the file they were read from
@@ -315,7 +315,7 @@ def test_record_then_replay_names_the_gpus_the_live_agent_named(tmp_path: Path) 
     live = Counter(tuple(e[k] for k in key) for e in _cli_json("events", "--db", str(live_db)))
     replayed = Counter(tuple(e[k] for k in key) for e in _cli_json("events", "--db", str(db)))
     assert replayed == live
-    assert ("nvml-error", 1, "GPU-fa4e0000-0000-4000-8000-000000000001", "0000:28:00", 15) in {
+    assert ("nvml-error", 1, "GPU-fa4e0000-0000-4000-8000-000000000001", "00000000:28:00.0", 15) in {
         k[:5] for k in live
     }
     live_alerts = {(a["category"], a["gpu"]) for a in _cli_json("alerts", "--db", str(live_db))}
