@@ -144,7 +144,9 @@ def test_a_recording_replays_into_the_events_and_gpus_the_agent_stored(tmp_path:
         {k: e[k] for k in COMPARED.split(", ")} for e in live
     ]
     lost = next(
-        e for e in replayed if e["kind"] == "xid" and e["code"] == 79 and e["pci_bus_id"] == "00000000:28:00.0"
+        e
+        for e in replayed
+        if e["kind"] == "xid" and e["code"] == 79 and e["pci_bus_id"] == "00000000:28:00.0"
     )
     assert lost["gpu"] == 1 and lost["uuid"] == "GPU-fa4e0000-0000-4000-8000-000000000001"
     # NVML's events keep their source; the kernel's say the file they were read from
