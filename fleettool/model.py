@@ -130,6 +130,32 @@ def normalize_pci_bus_id(raw: str) -> str:
         return s
 
 
+def canonical_pci_bus_id(raw: str | None) -> str | None:
+    """A PCI id in any spelling -> as nvidia-smi and NVML print it, `00000000:48:00.0` (8-digit domain, upper
+    case, the function; function 0, the GPU itself, when the input has none): '0000:48:00', '0000:48:00.0',
+    '00000000:48:00.0', 'PCI:0000:48:00', '48:00.0', any case. The one form of every output (events, gpus,
+    alerts, /metrics, exports); None for None or blank; a string that is no PCI id comes back stripped."""
+    if raw is None or not raw.strip():
+        return None
+    s = raw.strip()
+    if s[:4].lower() == "pci:":
+        s = s[4:]
+    parts = s.split(":")
+    if len(parts) == 2:  # bb:dd(.f) without domain
+        parts = ["0", *parts]
+    if len(parts) != 3:
+        return s
+    dom, bus, devfn = parts
+    dev, _, fn = devfn.partition(".")
+    try:
+        d, b, v, f = int(dom, 16), int(bus, 16), int(dev, 16), int(fn or "0", 16)
+    except ValueError:
+        return s
+    if d > 0xFFFFFFFF or b > 0xFF or v > 0x1F or f > 7:
+        return s
+    return f"{d:08X}:{b:02X}:{v:02X}.{f}"
+
+
 @dataclass(frozen=True, slots=True)
 class PodUse:
     """A pod seen using a GPU (dcgm-exporter's attribution labels), at ts."""

@@ -311,11 +311,22 @@ def _nvml_starts() -> bool:
     _nvml_starts(), reason="this machine has a working NVML: the no-driver path cannot be seen"
 )
 def test_record_on_a_machine_without_a_driver_says_no_gpu_was_recorded(tmp_path: Path) -> None:
-    """The real NVML path with no driver (CI's machine): the files are written, with the agent's health series
-    and the reason, and the exit is 7 with a line saying so, never a quiet 0."""
+    """The real NVML path with no driver (CI's machine): with nvml alone nothing can be recorded, so it gives up
+    at once (exit 7, NVML's reason, no directory left); with the kernel log beside it, the files are written,
+    with the agent's health series and the reason, and the exit is 7 with a line saying so, never a quiet 0."""
     out = tmp_path / "rec"
-    r = run_cli("record", "--out", str(out), "--duration", "2s", "--interval", "1s")
+    r = run_cli("record", "--out", str(out), "--duration", "10m", "--interval", "1s", timeout=60)
     assert r.returncode == 7, (r.returncode, r.stderr)
+    assert r.stderr.startswith(f"fleettool: nothing can be recorded into {out}: nvml: NVML could not start")
+    assert not out.exists()
+    r = run_cli(
+        "record", "--out", str(out), "--duration", "2s", "--interval", "1s", "--collector", "nvml",
+        "--collector", "kmsg",
+    )  # fmt: skip
+    assert r.returncode == 7, (r.returncode, r.stderr)
+    if "nothing can be recorded" in r.stderr:  # this host's kernel log cannot be read either: both named
+        assert "nvml: NVML could not start" in r.stderr and "kmsg: " in r.stderr
+        return
     assert "no GPU was recorded: NVML answered for no GPU in 2s" in r.stderr
     assert "NVML could not start" in r.stderr
     assert (out / "nvml.om.gz").exists() and "collector nvml unavailable" in (

@@ -91,7 +91,7 @@ def test_events_json_has_the_fields_design_fixes(db: Path) -> None:
         "node": "gpu-21",
         "gpu": 3,
         "uuid": None,
-        "pci_bus_id": "0000:5d:00",
+        "pci_bus_id": "00000000:5D:00.0",  # nvidia-smi's form, whatever came in
         "kind": "xid",
         "code": 79,
         "message": "GPU has fallen off the bus.",
@@ -142,6 +142,21 @@ def test_demo_runs_without_gpu_or_server_and_shows_findings() -> None:
     assert "h200-vm gpu 0 NVIDIA H200" in out
     assert "gpu-07 gpu 2" in out and "sw_thermal_slowdown" in out  # the thermal fault in the bundled scenario
     assert "normal: sw_power_cap" in out  # power capping is shown as normal, not as a finding
+
+
+def test_demo_keeps_its_store_with_db_and_names_the_next_step(tmp_path: Path) -> None:
+    """`demo --db PATH` keeps the store it replayed into and says how to open it in the TUI; the store reads
+    back with the demo's alert. Without --db it says how to keep one."""
+    import json
+
+    db = tmp_path / "my demo.duckdb"
+    r = run_cli("demo", "--db", str(db), timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert f"next: open what it found in the dashboard:\n  fleettool tui --db '{db}'\n" in r.stdout
+    alerts = json.loads(run_cli("alerts", "--db", str(db), "--json").stdout)
+    assert [(a["node"], a["gpu"], a["category"]) for a in alerts] == [("gpu-07", 2, "thermal")]
+    bare = run_cli("demo", timeout=180)
+    assert bare.returncode == 0 and "`fleettool demo --db demo.duckdb` keeps it" in bare.stdout
 
 
 def test_an_unexpected_exception_is_one_line_and_exit_70() -> None:

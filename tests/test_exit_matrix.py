@@ -87,14 +87,16 @@ READERS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
 ]
 # writers that create a new store, and those that need an existing one
 CREATORS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
-    (("node",), ("gpu-17", "suspect", "-m", "test")),
     (("agent",), AGENT),
     (("replay",), ("{fixture}", "-q")),
+    (("demo",), ()),  # --db keeps the demo's store
     (("burnin",), ("--node", "{host}", "--backend", "cpu", "--tests", "gemm")),
 ]
 NEEDERS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     # a silence in a new file would silence nothing
     (("silence", "add"), ("--node", "gpu-17", "--for", "1h")),
+    # a lifecycle move in a mistyped --db would cordon the node in a throwaway file
+    (("node",), ("gpu-17", "cordon", "-m", "test")),
     (("alerts", "ack"), ("0123456789abcdef",)),
     (("alerts", "resolve"), ("0123456789abcdef",)),
     (("silence", "expire"), ("0123456789ab",)),
@@ -256,7 +258,39 @@ def _damaged_cases() -> Iterator[Case]:
     yield Case(("store", "salvage"), ("--db", "{store}", "--out", "{text}"), USAGE, "--out", "--out exists")
 
 
-CASES = [*_db_cases(), *_path_cases(), *_number_cases(), *_tool_cases(), *_damaged_cases()]
+def _issue29_cases() -> Iterator[Case]:
+    """The command fixes of issue 29: each refuses at once, with its one line."""
+    yield Case(
+        ("alerts", "resolve"),
+        ("3f2", "--db", "{store}"),
+        BAD_INPUT,
+        "no alert '3f2' in {store} (an id, or a unique prefix of at least 4 characters)",
+        "an id prefix under 4 characters",
+    )
+    yield Case(
+        ("record",),
+        ("--out", "{emptydir}/rec", "--source", "fake", "--recording", "{garbage}", "--duration", "10m"),
+        int(ExitCode.NOT_TESTED),
+        "nothing can be recorded into {emptydir}/rec: nvml: fake source cannot play {garbage}",
+        "no collector can start: at once, not after --duration",
+    )
+    yield Case(
+        ("burnin",),
+        ("--via", "local", "--node", "gpu-17", "--backend", "cpu", "--db", "{new}"),
+        USAGE,
+        "--via local runs here",
+        "--via local naming another host",
+    )
+
+
+CASES = [
+    *_db_cases(),
+    *_path_cases(),
+    *_number_cases(),
+    *_tool_cases(),
+    *_damaged_cases(),
+    *_issue29_cases(),
+]
 
 
 @dataclass

@@ -270,7 +270,7 @@ def test_agent_reads_dev_kmsg_into_the_store_and_metrics(tmp_path: Path) -> None
         write_kmsg(f"{XID79} {mark}")
         agent.wait_metrics(XID_TOTAL % (node, 79))
         (ev,) = _events(db, 79, mark=mark)
-        assert ev["pci_bus_id"] == "0000:18:00" and ev["source"] == "kmsg:kmsg" and ev["node"] == node
+        assert ev["pci_bus_id"] == "00000000:18:00.0" and ev["source"] == "kmsg:kmsg" and ev["node"] == node
         assert ev["gpu"] == 0  # the fake H200 inventory puts GPU 0 at 0000:18:00
         _stopped_cleanly(agent)
 
@@ -291,7 +291,7 @@ def test_agent_reads_a_fifo_whose_writer_comes_later(tmp_path: Path, fifo: Path)
         _write_fifo_later(fifo, f"[  42.000000] {XID79}\n", 0.0).join(10)
         agent.wait_metrics(XID_TOTAL % (node, 79))
         (ev,) = _events(db, 79)
-        assert ev["source"] == "kmsg:fifo" and ev["pci_bus_id"] == "0000:18:00"
+        assert ev["source"] == "kmsg:fifo" and ev["pci_bus_id"] == "00000000:18:00.0"
         _stopped_cleanly(agent)
 
 

@@ -142,9 +142,22 @@ def test_node_names_what_it_does_not_know_and_a_store_it_creates(tmp_path: Path)
     new = run_cli("node", "gpu-12", "cordon", "--db", str(db), "-m", "rack move")
     assert new.returncode == 0 and "gpu-12 is new to" in new.stderr
     assert "Z  healthy -> cordoned" in new.stdout  # ISO time with its zone, no microseconds
-    fresh = tmp_path / "fresh.duckdb"
-    made = run_cli("node", "gpu-12", "cordon", "--db", str(fresh), "-m", "x")
-    assert made.returncode == 0 and f"{fresh} did not exist: created a new store there" in made.stderr
+
+
+def test_a_lifecycle_move_refuses_a_missing_store_as_silence_add_does(tmp_path: Path) -> None:
+    """A typo in --db must not cordon the node in a throwaway file: every move refuses a store that does not
+    exist (exit 3, nothing created), as `silence add` does; the status read already did."""
+    typo = tmp_path / "flet.duckdb"
+    for action in ("suspect", "cordon", "repair", "burnin", "return", "rma"):
+        r = run_cli("node", "gpu-17", action, "--db", str(typo), "-m", "x")
+        assert r.returncode == 3, (action, r.stderr)
+        assert r.stderr.splitlines() == [
+            f"fleettool: {typo}: no such database (--db): a lifecycle move is made in the fleet's store, which "
+            "the agent or replay creates; nothing was created"
+        ]
+        assert not typo.exists()
+    silence = run_cli("silence", "add", "--node", "gpu-17", "--db", str(typo))
+    assert silence.returncode == 3 and not typo.exists()
 
 
 def test_marking_a_node_suspect_moves_no_figure(tmp_path: Path) -> None:
@@ -163,6 +176,7 @@ def test_a_move_without_by_is_recorded_as_the_login_user_even_without_user(tmp_p
     import getpass
 
     db = tmp_path / "w.duckdb"
+    Store(db).close()  # a lifecycle move needs an existing store
     env = {k: v for k, v in os.environ.items() if k not in ("USER", "LOGNAME", "LNAME", "USERNAME")}
     import subprocess
 

@@ -329,3 +329,46 @@ def test_a_flush_counts_as_progress_until_its_own_bound(probed: tuple[Agent, Clo
         holder.kill()
         holder.wait()
     assert not flush.is_alive() and ag.flushing_since is None
+
+
+def test_readiness_fails_while_nvml_cannot_load_and_liveness_holds(tmp_path: Path) -> None:
+    """An agent whose NVML cannot load is alive (it goes round and retries NVML) but not ready: /readyz 503
+    naming NVML's reason, /healthz 200. The fake GPU source with a recording it cannot play stands in for
+    the missing library; where NVML cannot load on this host, the real source is probed the same way."""
+    from fleettool.sources.nvml import NvmlSource
+
+    bad = tmp_path / "not-a-recording.om"
+    bad.write_text("garbage\n")
+    sources: list[tuple[object, str]] = [
+        (FakeSource(gpus=2, recording=bad, clock=0.0), "fake source cannot play")
+    ]
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        sources.append((NvmlSource(), "NVML could not start"))
+    for src, why in sources:
+        _assert_alive_not_ready(src, why, tmp_path)
+
+
+def _assert_alive_not_ready(src: object, why: str, tmp_path: Path) -> None:
+    mono = Clock()
+    cfg = AgentConfig(db=tmp_path / "a.duckdb", node="no-nvml", quiet=True)
+    ag = Agent(cfg, [NvmlCollector(src, "no-nvml")], clock=mono.now, mono=mono)  # type: ignore[arg-type]
+    port = free_port()
+    m = AgentMetrics("no-nvml", lambda: dict(ag.latest), lambda: dict(ag.event_counts))
+    server = serve(port, "127.0.0.1", m, {"/healthz": lambda: liveness(ag), "/readyz": lambda: readiness(ag)})
+    try:
+        ag.start()
+        _tick(ag, mono)
+        assert ag.flush()
+        assert _get(port, "/healthz")[0] == 200
+        code, body = _get(port, "/readyz")
+        assert code == 503 and body.startswith("not ok: no GPU data: nvml: ") and why in body, body
+        assert body.endswith("; the agent retries it\n"), body
+    finally:
+        server.shutdown()
+        for r in ag.runners.values():
+            r.close()

@@ -144,7 +144,9 @@ def test_a_recording_replays_into_the_events_and_gpus_the_agent_stored(tmp_path:
         {k: e[k] for k in COMPARED.split(", ")} for e in live
     ]
     lost = next(
-        e for e in replayed if e["kind"] == "xid" and e["code"] == 79 and e["pci_bus_id"] == "0000:28:00"
+        e
+        for e in replayed
+        if e["kind"] == "xid" and e["code"] == 79 and e["pci_bus_id"] == "00000000:28:00.0"
     )
     assert lost["gpu"] == 1 and lost["uuid"] == "GPU-fa4e0000-0000-4000-8000-000000000001"
     # NVML's events keep their source; the kernel's say the file they were read from
@@ -315,7 +317,7 @@ def test_record_then_replay_names_the_gpus_the_live_agent_named(tmp_path: Path) 
     live = Counter(tuple(e[k] for k in key) for e in _cli_json("events", "--db", str(live_db)))
     replayed = Counter(tuple(e[k] for k in key) for e in _cli_json("events", "--db", str(db)))
     assert replayed == live
-    assert ("nvml-error", 1, "GPU-fa4e0000-0000-4000-8000-000000000001", "0000:28:00", 15) in {
+    assert ("nvml-error", 1, "GPU-fa4e0000-0000-4000-8000-000000000001", "00000000:28:00.0", 15) in {
         k[:5] for k in live
     }
     live_alerts = {(a["category"], a["gpu"]) for a in _cli_json("alerts", "--db", str(live_db))}
@@ -334,3 +336,42 @@ def test_an_older_recordings_own_event_lines_are_named_not_dropped(tmp_path: Pat
     assert r.returncode == 0 and f"{log}:2: fleettool's own event as an older recording wrote it" in r.stderr
     r = run_cli("replay", str(log), "--db", str(tmp_path / "b.duckdb"), "--strict")
     assert r.returncode == 3, r.stderr
+
+
+def test_record_gives_up_at_once_when_nothing_can_be_recorded(tmp_path: Path) -> None:
+    """No collector can start (a recording the fake GPU source cannot play stands for NVML that cannot load):
+    `record --duration 10m` exits 7 at once with the reason, instead of after ten minutes, and leaves no
+    directory behind. Where NVML cannot load on this host, the real NVML source does the same."""
+    bad = tmp_path / "not-a-recording.om"
+    bad.write_text("garbage\n")
+    out = tmp_path / "rec"
+    r = run_cli(
+        "record",
+        "--out",
+        str(out),
+        "--source",
+        "fake",
+        "--recording",
+        str(bad),
+        "--duration",
+        "10m",
+        timeout=60,
+    )
+    assert r.returncode == 7, r.stderr
+    assert r.stderr.splitlines() == [
+        f"fleettool: nothing can be recorded into {out}: nvml: fake source cannot play {bad}: {bad}:1: "
+        "sample has no value"
+    ]
+    assert not out.exists()
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        real = run_cli("record", "--out", str(out), "--duration", "10m", timeout=60)
+        assert (
+            real.returncode == 7 and "nothing can be recorded" in real.stderr and "nvml: NVML" in real.stderr
+        )
+        assert not out.exists()
+    else:  # a host with a driver records GPUs; the fake source's case above holds everywhere
+        pynvml.nvmlShutdown()

@@ -328,7 +328,7 @@ def test_a_plain_dmesg_names_the_gpu_by_its_pci_id_when_no_index_is_known(tmp_pa
     )
     r = run_cli("replay", str(log), "--db", str(tmp_path / "d.duckdb"))
     assert r.returncode == 0, r.stderr
-    assert "GPU at 0000:18:00 on unknown: XID 79" in r.stdout and "GPU - on" not in r.stdout
+    assert "GPU at 00000000:18:00.0 on unknown: XID 79" in r.stdout and "GPU - on" not in r.stdout
     assert "no host name in the file: stored as node 'unknown' (give --node)" in r.stdout
 
 
@@ -352,10 +352,10 @@ def test_xids_of_gpus_known_only_by_pci_id_are_an_alert_each(tmp_path: Path) -> 
     assert run_cli("replay", str(log), "--db", str(db), "--node", "gpu-50", "-q").returncode == 0
     alerts = json.loads(run_cli("alerts", "--db", str(db), "--json").stdout)
     assert sorted(a["category"] for a in alerts) == ["ecc", "ecc", "gpu-lost", "gpu-lost"], alerts
-    for pci in ("0000:91:00", "0000:44:00", "0000:cb:00", "0000:1b:00"):
+    for pci in ("00000000:91:00.0", "00000000:44:00.0", "00000000:CB:00.0", "00000000:1B:00.0"):
         assert sum(f"GPU at {pci} on gpu-50" in a["summary"] for a in alerts) == 1, pci
     assert any(
-        "0000:1b:00" in a["summary"] and " x2" in a["summary"] for a in alerts
+        "00000000:1B:00.0" in a["summary"] and " x2" in a["summary"] for a in alerts
     )  # its two lines, one alert
     table = run_cli("events", "--db", str(db)).stdout
-    assert "PCI_BUS_ID" in table and "0000:cb:00" in table
+    assert "PCI_BUS_ID" in table and "00000000:CB:00.0" in table

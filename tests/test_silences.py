@@ -62,3 +62,36 @@ def test_cli_round_trip(tmp_path: Path) -> None:
     assert json.loads(run_cli("alerts", "--db", str(db), "--json", "--hide-silenced").stdout) == []
     assert run_cli("alerts", "ack", "nope", "--db", str(db)).returncode == 3
     assert run_cli("silence", "add", "--db", str(db)).returncode == 2  # no matcher
+
+
+def test_an_alert_id_prefix_acks_and_resolves_as_git_takes_one(tmp_path: Path) -> None:
+    """`alerts ack`/`resolve` take a unique prefix of the id (4+ characters, any case), as git takes an
+    abbreviated commit; an ambiguous prefix names its candidates and changes nothing."""
+    db = tmp_path / "p.duckdb"
+    ids = ("3f2a9c0d1e2b4a5c", "3f2a11110000aaaa", "b0b0b0b0b0b0b0b0")
+    with Store(db) as st:
+        for aid in ids:
+            st.con.execute(
+                "INSERT INTO alerts VALUES (?, 'GpuXid', 'xid', 'critical', 'gpu-1', 3, NULL, 'reset-gpu', "
+                "'firing', '2026-01-01', '2026-01-01', 's', 'runbooks/gpu-xid.md', '{}')",
+                [aid],
+            )
+    ok = run_cli("alerts", "ack", "3F2A9", "--db", str(db), "--by", "alice")
+    assert ok.returncode == 0 and ok.stderr.strip() == "ack 3f2a9c0d1e2b4a5c by alice", ok.stderr
+    amb = run_cli("alerts", "resolve", "3f2a", "--db", str(db))
+    assert amb.returncode == 3 and amb.stderr.splitlines() == [
+        f"fleettool: alert id prefix '3f2a' is ambiguous in {db}: it starts 3f2a11110000aaaa, 3f2a9c0d1e2b4a5c "
+        "(type more of it)"
+    ]
+    short = run_cli("alerts", "resolve", "b0b", "--db", str(db))
+    assert short.returncode == 3 and "at least 4 characters" in short.stderr
+    assert run_cli("alerts", "resolve", "b0b0b", "--db", str(db)).returncode == 0
+    assert run_cli("alerts", "ack", "c0ffee", "--db", str(db)).returncode == 3
+    with Store(db, read_only=True) as st:
+        acks = st.rows("SELECT alert_id, kind, who FROM alert_acks ORDER BY alert_id")
+        states = dict(st.rows("SELECT alert_id, state FROM alerts"))
+    assert [tuple(a) for a in acks] == [
+        ("3f2a9c0d1e2b4a5c", "ack", "alice"),
+        ("b0b0b0b0b0b0b0b0", "resolve", acks[1][2]),
+    ]
+    assert states == {ids[0]: "firing", ids[1]: "firing", ids[2]: "resolved"}

@@ -26,7 +26,13 @@ def test_samples_and_events_round_trip(db: Path) -> None:
         assert r.scalar("SELECT count(*) FROM samples WHERE gpu = 1") == 5
         assert r.scalar("SELECT max(value) FROM samples") == 109.0
         ev = r.query("SELECT gpu, code, kind, pci_bus_id, epoch(ts) AS t FROM events")[0]
-        assert ev == {"gpu": 1, "code": 79, "kind": "xid", "pci_bus_id": "0000:18:00", "t": t}
+        assert ev == {
+            "gpu": 1,
+            "code": 79,
+            "kind": "xid",
+            "pci_bus_id": "00000000:18:00.0",
+            "t": t,
+        }  # nvidia-smi form
 
 
 def test_retention_rolls_whole_minutes_into_min_mean_max(db: Path) -> None:

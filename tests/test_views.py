@@ -23,7 +23,7 @@ def test_the_runbook_is_filled_in_for_the_alert(tmp_path: Path) -> None:
     assert text.startswith("---\nalert: GpuDoubleBitError")  # the front matter stays first
     head = text.split("# ", 1)[0]
     assert "**This alert:** GpuDoubleBitError on gpu-12, GPU 4" in head
-    assert "UUID GPU-5ad6f96c" in head and "PCI 0000:9a:00" in head
+    assert "UUID GPU-5ad6f96c" in head and "PCI 00000000:9A:00.0" in head
     assert "XID 48" in head  # the evidence's findings
 
 

@@ -16,7 +16,9 @@ while one runs. It counts as progress for up to FLUSH_BOUND_S: retention and the
 flush after a start, so a bound shorter than the slowest of them would restart the agent into the same flush
 forever (a crash loop); a flush past ten minutes is taken for hung.
 
-Readiness is "this agent's data can be trusted to be kept, and judged": the first collection is done, the store
+Readiness is "this agent's data can be trusted to be kept, and judged": the first collection is done, NVML
+answers (a collector that reports its source's availability, the nvml one, has started; the agent stays alive
+and retries it, but a node whose NVML cannot load collects no GPU data and is not ready), the store
 is healthy (not damaged, its rules and checkpoints run), and the store takes the flushes, or the rows wait in the
 buffer within --max-buffer. Once the buffer is full and rows are dropped
 (counted in agent_dropped_rows_total) it is not ready until a flush reaches the store again.
@@ -99,9 +101,23 @@ def store_alert(rules: Iterable[Rule]) -> dict[str, object]:
     return {"rule": STORE_RULE, "severity": "critical", "category": "agent", "action": "none", "gpu": None}
 
 
+def missing_sources(ag: Loop) -> list[str]:
+    """The node-level sources the agent runs a collector for and cannot reach now (NVML that cannot load: a
+    collector that reports its availability, ReportsAvailability, with its reason), as 'nvml: <reason>'."""
+    out = []
+    for cid, runner in ag.runners.items():
+        c = getattr(runner, "collector", None)
+        reason = getattr(c, "reason", None)
+        if getattr(c, "availability_metric", None) and reason:
+            out.append(f"{cid}: {reason}")
+    return out
+
+
 def readiness(ag: Loop) -> tuple[bool, str]:
     if ag.last_tick_mono is None:
         return False, "the first collection has not finished"
+    if missing := missing_sources(ag):  # alive (it retries), but collecting no GPU data: not ready
+        return False, f"no GPU data: {'; '.join(missing)}; the agent retries it"
     st = ag.stats
     if st.store_error is not None:
         db = ag.cfg.db

@@ -12,9 +12,11 @@ from fleettool.cli import (
     agent_cmd,
     alerts_cmd,
     burnin_cmd,
+    demo_cmd,
     fleet_cmd,
     node_cmd,
     query_cmd,
+    record_cmd,
     replay_cmd,
     rules_cmd,
     store_cmd,
@@ -50,7 +52,9 @@ def _root(
 
 
 agent_cmd.register(app)
+record_cmd.register(app)
 replay_cmd.register(app)
+demo_cmd.register(app)
 query_cmd.register(app)
 rules_cmd.register(app)
 rules_cmd.register_baselines(app)

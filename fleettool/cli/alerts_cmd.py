@@ -90,6 +90,7 @@ def _ack(db: Path, alert_id: str, kind: str, for_: str, who: str, reason: str) -
     now = time.time()
     until = now + parse_duration(for_, "--for")
     with open_store(db, read_only=False, create=False) as store:
+        alert_id = _full_id(store, db, alert_id)
         try:
             acknowledge(
                 store,
@@ -105,9 +106,39 @@ def _ack(db: Path, alert_id: str, kind: str, for_: str, who: str, reason: str) -
     print(f"{kind} {alert_id} by {_who(who)}", file=sys.stderr)
 
 
+MIN_PREFIX = 4  # as git's shortest abbreviation
+
+
+def _full_id(store: Any, db: Path, given: str) -> str:
+    """The alert id a user typed, or a unique prefix of one (as git takes an abbreviated commit): the full id;
+    no match, a prefix under MIN_PREFIX characters, or several matches: exit 3 naming them."""
+    from fleettool.store.alerts import alert_exists, alert_ids_starting
+
+    if alert_exists(store, given):
+        return given
+    if len(given) < MIN_PREFIX:
+        raise die(
+            f"no alert {given!r} in {db} (an id, or a unique prefix of at least {MIN_PREFIX} characters)",
+            ExitCode.BAD_INPUT,
+        )
+    found = alert_ids_starting(store, given)
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise die(f"no alert {given!r} in {db}", ExitCode.BAD_INPUT)
+    more = "" if len(found) < 10 else ", ..."
+    raise die(
+        f"alert id prefix {given!r} is ambiguous in {db}: it starts {', '.join(found)}{more} (type more of it)",
+        ExitCode.BAD_INPUT,
+    )
+
+
 @alerts_app.command()
 def ack(
-    alert_id: Annotated[str, typer.Argument(help="the alert's id (fleettool alerts)")],
+    alert_id: Annotated[
+        str,
+        typer.Argument(help="the alert's id (fleettool alerts), or a unique prefix of it (4+ characters)"),
+    ],
     db: DbOpt = DEFAULT_DB,
     for_: Annotated[str, typer.Option("--for", help="how long the acknowledgement lasts")] = "4h",
     who: WhoOpt = "",
@@ -115,14 +146,14 @@ def ack(
 ) -> None:
     """Acknowledge an alert: someone is on it, until the acknowledgement expires.
 
-    Example: fleettool alerts ack 3f2a9c0d1e2b4a5c --for 2h --by alice -m "draining gpu-17"
+    Example: fleettool alerts ack 3f2a9c0d --for 2h --by alice -m "draining gpu-17"
     """
     _ack(db, alert_id, "ack", for_, who, reason)
 
 
 @alerts_app.command()
 def resolve(
-    alert_id: Annotated[str, typer.Argument(help="the alert's id")],
+    alert_id: Annotated[str, typer.Argument(help="the alert's id, or a unique prefix of it (4+ characters)")],
     db: DbOpt = DEFAULT_DB,
     who: WhoOpt = "",
     reason: ReasonOpt = "",

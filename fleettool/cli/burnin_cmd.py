@@ -151,6 +151,12 @@ def register(app: typer.Typer) -> None:
                 f"{node} is not this host ({hostname()}): say how to reach it with --via ssh|slurm|k8s",
                 ExitCode.USAGE,
             )
+        if mode == "local" and not _is_local(node):  # a CPU burn-in of this host stored under another node
+            raise die(
+                f"--via local runs here, on {hostname()}, and --node {node} is another host: reach it with "
+                "--via ssh|slurm|k8s, or leave --node out",
+                ExitCode.USAGE,
+            )
         if mode not in ("local", "ssh", "slurm", "k8s"):
             raise die(f"--via {mode!r}: expected local, ssh, slurm or k8s", ExitCode.USAGE)
         secs = parse_duration(duration, "--duration")

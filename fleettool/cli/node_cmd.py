@@ -70,7 +70,13 @@ def register(app: typer.Typer) -> None:
             raise die(str(e), ExitCode.USAGE) from None
         from fleettool.store.nodes import known_nodes, node_known
 
-        with open_store(db, read_only=VERBS[action] is None, say_created=True) as store:
+        if VERBS[action] is not None and not db.exists():  # a typo in --db: never a new, throwaway store
+            raise die(
+                f"{db}: no such database (--db): a lifecycle move is made in the fleet's store, which the agent "
+                "or replay creates; nothing was created",
+                ExitCode.BAD_INPUT,
+            )
+        with open_store(db, read_only=VERBS[action] is None, create=False) as store:
             if not node_known(store, name):
                 if VERBS[action] is None:
                     known = known_nodes(store)

@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         with open_store(db, read_only=True) as store:
             rows = store.query(sql, params)
         cols = ("ts", "node", "gpu", "uuid", "pci_bus_id", "kind", "code", "message", "source")
-        out = [with_iso({c: r[c] for c in cols}, "ts") for r in rows]
+        out = [with_iso({c: r[c] for c in cols} | _pci(r), "ts") for r in rows]
         emit(out, ["ts", "node", "gpu", "pci_bus_id", "kind", "code", "message"], as_json=json_out, fmt=fmt)
 
     @app.command()
@@ -138,7 +138,7 @@ def register(app: typer.Typer) -> None:
                 "SELECT node, gpu, uuid, pci_bus_id, model, driver, serial, first_seen, last_seen FROM gpus "
                 "ORDER BY node, gpu"
             )
-        out = [with_iso(r, "first_seen", "last_seen") for r in rows]
+        out = [with_iso(r | _pci(r), "first_seen", "last_seen") for r in rows]
         emit(
             out, ["node", "gpu", "uuid", "pci_bus_id", "model", "driver", "serial"], as_json=json_out, fmt=fmt
         )
@@ -154,3 +154,10 @@ def _peers(per_shape: Counter[Any], shape: Any, min_peers: int) -> str:
     return (
         f"no comparable peers: {n - 1} other run{'' if n == 2 else 's'} of its shape, {min_peers - 1} needed"
     )
+
+
+def _pci(row: dict[str, Any]) -> dict[str, Any]:
+    """A row's PCI id as nvidia-smi prints it (a store not yet opened read-write holds the short key)."""
+    from fleettool.model import canonical_pci_bus_id
+
+    return {"pci_bus_id": canonical_pci_bus_id(row.get("pci_bus_id"))}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,8 +23,6 @@ from fleettool.cli.common import DEFAULT_DB, die, open_store, parse_size_option
 from fleettool.cli.exit_codes import ExitCode
 from fleettool.cli.options import NoBuiltinRulesOpt, RulesOpt
 from fleettool.cli.output import with_iso
-
-DEMO_DIR = Path(__file__).resolve().parent.parent / "data" / "demo"
 
 
 def parse_at(text: str) -> float:
@@ -377,21 +374,3 @@ def register(app: typer.Typer) -> None:
         t = parse_at(at) if at is not None else None
         mb, judged = _max_bytes(max_file_size), downs if as_agent else None
         _replay(db, recording, node, strict, json_out, quiet, rules, t, year, mb, judged, no_builtin_rules)
-
-    @app.command()
-    def demo(
-        recording: Annotated[
-            Path | None, typer.Argument(help="recording to show (default: the bundled one)")
-        ] = None,
-    ) -> None:
-        """Replay the bundled recording into a temporary store and show what it found. No GPU, no server.
-
-        Example: fleettool demo
-        """
-        src = recording or DEMO_DIR
-        if not src.exists():
-            raise die(f"{src}: no such file or directory", ExitCode.BAD_INPUT)
-        with tempfile.TemporaryDirectory(prefix="fleettool-demo-") as tmp:
-            db = Path(tmp) / "demo.duckdb"
-            print(f"fleettool demo: replaying {src} into a temporary store\n")
-            _replay(db, src, None, False, False, True)

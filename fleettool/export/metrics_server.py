@@ -31,7 +31,7 @@ from fleettool import __version__
 from fleettool.export.http import HttpServer, Limits, Probe
 from fleettool.export.web_config import WebConfig, check_password
 from fleettool.metrics import METRICS, prom_spec
-from fleettool.model import GpuInfo
+from fleettool.model import GpuInfo, canonical_pci_bus_id
 
 Latest = dict[tuple[str, int | None, str | None, str], float]
 Counts = dict[tuple[str, int | None], int]
@@ -45,13 +45,7 @@ DRIVER = "DCGM_FI_DRIVER_VERSION"  # dcgm-exporter puts the driver version on ea
 def dcgm_pci_bus_id(pci: str) -> str:
     """The store's PCI key (`0000:1a:00`) as NVML and dcgm-exporter print it (`00000000:1A:00.0`), so the
     label joins with dcgm-exporter's. A GPU is function 0 of its device (its audio or USB parts are .1 up)."""
-    parts = pci.split(":")
-    if len(parts) != 3:
-        return pci
-    try:
-        return f"{int(parts[0], 16):08X}:{int(parts[1], 16):02X}:{int(parts[2], 16):02X}.0"
-    except ValueError:
-        return pci
+    return canonical_pci_bus_id(pci) or pci
 
 
 def gpu_labels(node: str, gpu: int, uuid: str | None, info: GpuInfo | None) -> dict[str, str]:

@@ -14,7 +14,7 @@ from fleettool.formats.errors import ParseIssue
 from fleettool.formats.kmsg import KernelLogParser, KernelRecord, parse_journal_entry, parse_kmsg_record
 from fleettool.ingest.dedup import drop_stored
 from fleettool.ingest.report import FileReport, IngestOptions
-from fleettool.model import Event
+from fleettool.model import Event, canonical_pci_bus_id
 from fleettool.recording.files import iter_lines
 from fleettool.store import Store
 
@@ -187,7 +187,7 @@ def _fill_from_announcements(events: list[Event], store: Store) -> None:
         for r in store.query("SELECT node, pci_bus_id, gpu, uuid FROM gpus WHERE pci_bus_id IS NOT NULL")
     }
     for i, ev in enumerate(events):
-        hit = known.get((ev.node, ev.pci_bus_id))
+        hit = known.get((ev.node, canonical_pci_bus_id(ev.pci_bus_id)))  # the store's form
         if hit and (ev.gpu is None or ev.uuid is None):
             events[i] = dataclasses.replace(
                 ev, gpu=ev.gpu if ev.gpu is not None else hit[0], uuid=ev.uuid or hit[1]

@@ -17,6 +17,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from fleettool.model import canonical_pci_bus_id
+
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 DEDUP_WINDOW_S = 10.0  # one XID from NVML and from the kernel log: reports this close are the same XID
 STAT_PATH = "/proc/stat"
@@ -71,7 +73,8 @@ def boot_wall_time(realtime: float | None = None, monotonic: float | None = None
 
 
 def xid_gpu_key(pci_bus_id: str | None, gpu: int | None) -> str | None:
-    """An XID's GPU as the de-duplication keys it: the PCI id, else the index."""
+    """An XID's GPU as the de-duplication keys it: the PCI id (in one form: the kernel's line and the store's
+    row of one XID key alike), else the index."""
     if pci_bus_id:
-        return pci_bus_id.lower()
+        return canonical_pci_bus_id(pci_bus_id)
     return None if gpu is None else f"index={gpu}"

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fleettool.model import canonical_pci_bus_id
 from fleettool.store.silences import annotate
 from fleettool.store.values import db_time, dumps_evidence, epoch
 
@@ -39,6 +40,16 @@ LIST_COLUMNS = (
     "last_seen",
     "summary",
     "runbook",
+)
+
+
+# an alert's GPU by its PCI id: the inventory's for its node and index, else the one its incident key names (an
+# event alert of a GPU known only by its PCI id, a plain dmesg's XID: "...@0000:48:00"); nvidia-smi's form
+# after canonical_pci_bus_id
+PCI_SQL = (
+    "coalesce((SELECT any_value(g.pci_bus_id) FROM gpus g WHERE g.node = alerts.node AND g.gpu = alerts.gpu), "
+    "nullif(regexp_extract(json_extract_string(evidence, '$.incident'), "
+    "'@((PCI:)?[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(\\.[0-7])?)$', 1), ''))"
 )
 
 
@@ -103,11 +114,14 @@ def list_alerts(
         if val is not None:
             where.append(f"{col} = ?")
             params.append(val)
-    sql = f"SELECT {', '.join(LIST_COLUMNS)} FROM alerts"
+    sql = f"SELECT {', '.join(LIST_COLUMNS)}, {PCI_SQL} AS pci_bus_id FROM alerts"
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += f" ORDER BY {ORDER_SQL[order]}"
-    rows = annotate(store, store.query(sql, params), time.time() if now is None else now)
+    found = store.query(sql, params)
+    for r in found:
+        r["pci_bus_id"] = canonical_pci_bus_id(r["pci_bus_id"])
+    rows = annotate(store, found, time.time() if now is None else now)
     if not include_silenced:
         rows = [r for r in rows if not r["silenced"]]
     return rows if limit is None else rows[:limit]
@@ -117,6 +131,16 @@ def alert_by_id(store: Store, alert_id: str) -> dict[str, Any] | None:
     """Every column of one alert (evidence as JSON text), or None."""
     rows = store.query("SELECT * FROM alerts WHERE alert_id = ?", [alert_id])
     return rows[0] if rows else None
+
+
+def alert_ids_starting(store: Store, prefix: str, limit: int = 10) -> list[str]:
+    """The ids of alerts that start with `prefix` (case-insensitive, as the ids are lower-case hex), sorted:
+    one for a unique prefix, several for an ambiguous one (at most `limit`), none for no match."""
+    rows = store.query(
+        "SELECT alert_id FROM alerts WHERE starts_with(lower(alert_id), ?) ORDER BY alert_id LIMIT ?",
+        [prefix.lower(), limit],
+    )
+    return [r["alert_id"] for r in rows]
 
 
 def alert_exists(store: Store, alert_id: str) -> bool:

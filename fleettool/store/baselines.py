@@ -62,11 +62,13 @@ def nccl_largest_busbw(store: Store) -> list[tuple[str, str, str, int, float | N
 
 
 def passed_burnin_figures(store: Store) -> list[tuple[str, str, str, float]]:
-    """(model, driver, test, figure) of every PASSed burn-in result with a figure."""
+    """(model, driver, test, figure) of every PASSed burn-in result with a figure, of a GPU the inventory
+    knows the model of: a result with no GPU (a CPU burn-in) or of an unknown model never makes a baseline of
+    model '?', which every SKU would be compared with."""
     rows = store.query(
-        """SELECT coalesce(g.model, '?') AS model, coalesce(g.driver, '?') AS driver, b.test, b.figure
-           FROM burnin_results b LEFT JOIN gpus g ON g.node = b.node AND g.gpu = b.gpu
-           WHERE b.verdict = 'PASS' AND b.figure IS NOT NULL"""
+        """SELECT g.model AS model, coalesce(g.driver, '?') AS driver, b.test, b.figure
+           FROM burnin_results b JOIN gpus g ON g.node = b.node AND g.gpu = b.gpu
+           WHERE b.verdict = 'PASS' AND b.figure IS NOT NULL AND g.model IS NOT NULL"""
     )
     return [(r["model"], r["driver"], r["test"], float(r["figure"])) for r in rows]
 

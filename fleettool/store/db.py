@@ -12,7 +12,15 @@ import duckdb
 from fleettool.store.bulk import BulkWrites
 from fleettool.store.connection import _classify, connect, is_damage
 from fleettool.store.errors import NotFleettool, StoreCorrupt, StoreError, precheck
-from fleettool.store.schema import CORE_TABLES, DDL, FORMAT, FORMAT_KEY, KNOWN_TABLES, SCHEMA_VERSION
+from fleettool.store.schema import (
+    CORE_TABLES,
+    DDL,
+    FORMAT,
+    FORMAT_KEY,
+    KNOWN_TABLES,
+    SCHEMA_VERSION,
+    UPGRADES,
+)
 from fleettool.store.telemetry import TelemetryWrites
 
 __all__ = ["Store"]
@@ -128,7 +136,7 @@ class Store(TelemetryWrites, BulkWrites):
         """Create or upgrade the schema, and mark the file as fleettool's, in one transaction."""
         self.con.execute("BEGIN TRANSACTION")
         try:
-            for stmt in DDL:
+            for stmt in (*DDL, *UPGRADES):
                 self.con.execute(stmt)
             self.con.execute(
                 "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?), (?, ?)",

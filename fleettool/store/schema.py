@@ -75,6 +75,14 @@ DDL = [
         issues INTEGER, ingested_at TIMESTAMP)""",
 ]
 
+# data upgrades, idempotent, run with the DDL at every read-write open: PCI ids in nvidia-smi's form
+# (`00000000:48:00.0`), where stores before it held the short key (`0000:48:00`) in events and gpus
+_SHORT_PCI = "regexp_full_match(pci_bus_id, '[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}')"
+UPGRADES = [
+    f"UPDATE {t} SET pci_bus_id = '0000' || upper(pci_bus_id) || '.0' WHERE {_SHORT_PCI}"
+    for t in ("events", "gpus")
+]
+
 SAMPLE_COLUMNS = ["ts", "node", "gpu", "uuid", "metric", "sub", "value"]
 
 # every table any version of fleettool has created (a legacy store holds only these)

@@ -7,11 +7,12 @@ pyarrow or numpy (about 40 MiB of its resident memory; bench/agent_overhead.py).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from fleettool.model import Event, GpuInfo, PodUse, Sample
+from fleettool.model import Event, GpuInfo, PodUse, Sample, canonical_pci_bus_id
 from fleettool.store.connection import Connection
 from fleettool.store.values import db_time, dumps_evidence
 
@@ -79,7 +80,7 @@ class TelemetryWrites(Connection):
                 [e.node for e in evs],
                 [e.gpu for e in evs],
                 [e.uuid for e in evs],
-                [e.pci_bus_id for e in evs],
+                [canonical_pci_bus_id(e.pci_bus_id) for e in evs],
                 [e.kind for e in evs],
                 [e.code for e in evs],
                 [e.message for e in evs],
@@ -101,6 +102,8 @@ class TelemetryWrites(Connection):
             return
         ts = db_time(seen_ts)
         for g in rows:
+            if g.pci_bus_id is not None:  # nvidia-smi's form, whatever the source's
+                g = dataclasses.replace(g, pci_bus_id=canonical_pci_bus_id(g.pci_bus_id))
             if g.gpu is None and (g.uuid or g.pci_bus_id):  # known only by UUID/PCI id (the driver's lines)
                 self.merge_gpu_identity(g.node, g.uuid, g.pci_bus_id, g.serial, seen_ts)
                 continue
@@ -165,6 +168,7 @@ class TelemetryWrites(Connection):
         """What the driver's announcement lines say (PCI id -> UUID, board serial): fill in the GPU row that
         has the same UUID or PCI id, or add one without an index until NVML or dcgm-exporter names it."""
         ts = db_time(seen_ts)
+        pci = canonical_pci_bus_id(pci)
         hit = self.scalar(
             "SELECT count(*) FROM gpus WHERE node = ? AND (uuid = ? OR (uuid IS NULL AND pci_bus_id = ?))",
             [node, uuid, pci],
