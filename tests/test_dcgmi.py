@@ -1,7 +1,8 @@
 """dcgmi's outputs read end to end: each shape under an arbitrary name (`paste.txt`) replayed through the CLI into a
 real store, then what was stored and the alert raised. The samples are in fixtures/samples/dcgmi (SOURCES.md: the
-diag table, diag JSON and discovery list are real pastes; the dmon and health files are laid out from DCGM's
-source, no public paste of them having been found).
+diag table, diag JSON and discovery list are real pastes; the `-constructed` dmon and health files are laid out from
+DCGM's source for what no real paste shows: a dmon XID, a health Failure, `health -j`; tests/test_dcgmi_real.py
+replays the real dmon and health pastes).
 """
 
 from __future__ import annotations

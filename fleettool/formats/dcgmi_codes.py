@@ -27,12 +27,13 @@ FIELDS: dict[int, tuple[str, str]] = {
     156: ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", ""),
     202: ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "RPCTR"),
     203: ("DCGM_FI_DEV_GPU_UTIL", "GPUTL"),
+    204: ("DCGM_FI_DEV_MEM_COPY_UTIL", "MCUTL"),
     230: ("DCGM_FI_DEV_XID_ERRORS", "XIDER"),
     240: ("DCGM_FI_DEV_POWER_VIOLATION", ""),
     241: ("DCGM_FI_DEV_THERMAL_VIOLATION", ""),
     252: ("DCGM_FI_DEV_FB_USED", "FBUSD"),
-    310: ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", ""),
-    311: ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", ""),
+    310: ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "ESVTL"),
+    311: ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "EDVTL"),
     312: ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", ""),
     313: ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", ""),
     393: ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", ""),
@@ -49,6 +50,8 @@ class DcgmError:
     code: int
     name: str
     message: str  # the printf format of its _MSG
+    # its _NEXT: the advice `dcgmi health` prints after the message, where a real paste shows it
+    next: str = ""
 
 
 ERRORS: tuple[DcgmError, ...] = (
@@ -64,6 +67,12 @@ ERRORS: tuple[DcgmError, ...] = (
     DcgmError(9, "DCGM_FR_CORRUPT_INFOROM", "A corrupt InfoROM has been detected in GPU %u."),
     DcgmError(
         10, "DCGM_FR_CLOCKS_EVENT_THERMAL", "Detected clocks event due to thermal violation in GPU %u."
+    ),
+    DcgmError(
+        12,
+        "DCGM_FR_CLOCKS_EVENT_POWER",
+        "Detected clocks event due to power violation in GPU %u.",
+        "Monitor the power conditions. This GPU can still perform workload.",
     ),
     DcgmError(14, "DCGM_FR_NVLINK_DOWN", "GPU %u's NvLink link %d is currently down"),
     DcgmError(51, "DCGM_FR_CUDA_API", "Error using CUDA API %s"),
@@ -95,17 +104,19 @@ _CONV = {
 }
 
 
-def _pattern(fmt: str) -> re.Pattern[str]:
+def _pattern(fmt: str, next_step: str = "") -> re.Pattern[str]:
     out, pos = [], 0
     for m in re.finditer(r"%(lld|ld|\.2f|[uds])", fmt):
         out.append(re.escape(fmt[pos : m.start()]))
         out.append(_CONV[m.group(1)])
         pos = m.end()
     out.append(re.escape(fmt[pos:].rstrip(". ")))
+    if next_step:  # the advice is part of the incident, never an incident of its own
+        out.append(r"(?:\.?\ " + re.escape(next_step.rstrip(". ")) + ")?")
     return re.compile("".join(out).replace(r"\ ", r"\s+"))
 
 
-_PATTERNS = [(e, _pattern(e.message)) for e in ERRORS]
+_PATTERNS = [(e, _pattern(e.message, e.next)) for e in ERRORS]
 
 
 @dataclass(frozen=True)
