@@ -1,7 +1,7 @@
 """The alerts table: writing an incident as an alert, and the one query that lists alerts, in a named order.
 
 Order (`AlertOrder.TRIAGE`, what every list of alerts uses: `fleettool alerts`, the TUI, replay):
-  1. state: firing, then pending, then resolved (anything else last);
+  1. state: firing, then pending, then stale (its series stopped), then resolved (anything else last);
   2. severity: critical, warning, info;
   3. newest first (last_seen descending);
   4. node, then GPU (the node-level alert, GPU NULL, before GPU 0), then alert_id, so ties never reorder.
@@ -114,7 +114,10 @@ def list_alerts(
         if val is not None:
             where.append(f"{col} = ?")
             params.append(val)
-    sql = f"SELECT {', '.join(LIST_COLUMNS)}, {PCI_SQL} AS pci_bus_id FROM alerts"
+    sql = (
+        f"SELECT {', '.join(LIST_COLUMNS)}, {PCI_SQL} AS pci_bus_id, "
+        "json_extract_string(evidence, '$.closed_by') AS closed_by FROM alerts"
+    )
     if where:
         sql += " WHERE " + " AND ".join(where)
     sql += f" ORDER BY {ORDER_SQL[order]}"
