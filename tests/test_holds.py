@@ -206,3 +206,23 @@ def test_a_series_alert_whose_data_stop_goes_stale_and_the_same_both_ways(tmp_pa
     assert whole and whole == agent
     assert {h[2] for h in whole} == {"stale"} and {h[1] for h in whole} == {1}
     assert all(h[4] == T0 + 1800 - 30 for h in whole)
+
+
+def test_a_recovery_action_back_to_none_closes_it_and_it_keeps_its_judgement(tmp_path: Path) -> None:
+    """XID 154 "Drain and Reset" then "None": one alert, critical / reset-gpu (its holding line's judgement, not
+    the closing line's info / none), closed by the reset."""
+    rule = next(r for r in load_rules() if r.alert == "GpuXid")
+    ev = [
+        Event(T0, "n", "xid", "recovery", gpu=2, code=154, detail={"recovery_to": "Drain and Reset"}),
+        Event(T0 + 9000, "n", "xid", "recovery", gpu=2, code=154, detail={"recovery_to": "None"}),
+    ]
+    with Store(tmp_path / "r.duckdb") as st:
+        Pipeline(st).write(Collected(events=ev), T0)
+        (f,) = evaluate_rule(st, rule, T0 - 1, T0 + 9000)
+    assert (f.severity.value, f.action.value, f.state, f.evidence["held"]) == (
+        "critical",
+        "reset-gpu",
+        "resolved",
+        "reset",
+    )
+    assert f.inst.resolved_at == T0 + 9000

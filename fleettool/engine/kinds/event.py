@@ -226,6 +226,9 @@ def refine(r: RuleLike, first_seen: float, last_seen: float, extra: dict[str, An
     last = evs[-1] if evs else None
     if last is None:
         return
+    if v.evidence.get("held"):  # a held fault is judged by its holding line, not by the line that closed it
+        holding = [e for e in evs if hold_of(e["kind"], e["code"], e.get("detail") or {}) is not None]
+        last = holding[-1] if holding else last
     v.summary_kw.update(code=last["code"], message=last["message"][:120], count=count)
     if last["kind"] == "xid" and r.p("use_xid_policy", True):
         j = judge(int(last["code"]), last.get("detail") or {})
