@@ -67,6 +67,19 @@ def test_dmesg_H_lines_are_timed_from_the_date_line_and_the_gaps(tmp_path: Path)
     assert [c for _, c in got] == [79, 79]
 
 
+def test_a_real_dmesg_H_paste_with_date_lines_reads_as_dmesg_H(tmp_path: Path) -> None:
+    """A real `dmesg -H | tail` (fixtures/pasted/SOURCES.md): its prompt line, gap lines before the first date line,
+    lines a message continues on (14 blanks, no stamp), and date lines with a two-digit day (`[Feb10 09:11]`)."""
+    _, files = _replay(tmp_path, {"paste.txt": PASTED / "dmesg-H-date-lines-vbox.txt"})
+    f = files["paste.txt"]
+    assert (f["format"], f["shape"], f["status"]) == ("kmsg", "dmesg -H", "read")
+    assert f["skipped"] is None and f["events"] == 0 and f["issues"] == 0
+    # the three [  +s] lines before [Feb10 09:11] have no base; the two continuation lines are not counted, and
+    # the gap after each date line is timed from it
+    assert any(n.startswith("3 lines timed only by the gap") and "no date line" in n for n in f["notes"]), f
+    assert "documentation" not in json.dumps(f)
+
+
 def test_dmesg_delta_with_no_base_is_an_issue_and_strict_fails(tmp_path: Path) -> None:
     db, files = _replay(tmp_path, {"d.log": PASTED / "dmesg-delta.txt"}, "--node", "gpu-7")
     f = files["d.log"]
