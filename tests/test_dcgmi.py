@@ -189,10 +189,10 @@ def test_discovery_is_the_gpu_inventory(tmp_path: Path) -> None:
     doc, db = replay(tmp_path, DISCOVERY)
     gpus = query(db, "SELECT node, gpu, uuid, pci_bus_id, model FROM gpus ORDER BY gpu")
     assert [(g["node"], g["gpu"], g["uuid"], g["pci_bus_id"], g["model"]) for g in gpus] == [
-        ("gpu-17", 0, "GPU-d6a2c177-4cd8-8d01-0310-79f2720f37de", "00000000:4c:00.0", None),
-        ("gpu-17", 1, "GPU-75c4ee16-a840-6f6c-9a7b-5ed8f41598b8", "00000000:5d:00.0", None),
-        ("gpu-17", 2, "GPU-879a110e-54dc-22fe-9699-5babde1d450e", "00000000:cc:00.0", None),
-        ("gpu-17", 3, "GPU-5ea04b20-4cc3-4d84-0bb2-e4143be8e874", "0000:dc:00", None),
+        ("gpu-17", 0, "GPU-d6a2c177-4cd8-8d01-0310-79f2720f37de", "00000000:4C:00.0", None),
+        ("gpu-17", 1, "GPU-75c4ee16-a840-6f6c-9a7b-5ed8f41598b8", "00000000:5D:00.0", None),
+        ("gpu-17", 2, "GPU-879a110e-54dc-22fe-9699-5babde1d450e", "00000000:CC:00.0", None),
+        ("gpu-17", 3, "GPU-5ea04b20-4cc3-4d84-0bb2-e4143be8e874", "00000000:DC:00.0", None),
     ]
     assert "4 GPUs without a name" in " ".join(doc["files"][0]["notes"])
 
