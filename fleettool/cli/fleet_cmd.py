@@ -113,13 +113,17 @@ def fleet_alerts(
     from fleettool.engine.rules import load_rules
     from fleettool.store.alerts import LIST_COLUMNS, AlertOrder, clear_alerts, list_alerts
 
-    with open_fleet_or_die(fleet, materialize=evaluate, tables=None if evaluate else ("alerts",)) as store:
+    # the inventory beside the alerts: an alert names its GPU's PCI id and UUID as `alerts --json` does
+    with open_fleet_or_die(
+        fleet, materialize=evaluate, tables=None if evaluate else ("alerts", "gpus")
+    ) as store:
         if evaluate:
             clear_alerts(store)
             write_alerts(store, run_rules(store, load_rules()))
         rows = list_alerts(store, order=AlertOrder.TRIAGE)
     # silences and acknowledgements are each agent's own and are not exported: the fleet's rows have none
-    out = [with_iso({c: r[c] for c in LIST_COLUMNS}, "first_seen", "last_seen") for r in rows]
+    cols = (*LIST_COLUMNS, "pci_bus_id", "uuid")
+    out = [with_iso({c: r[c] for c in cols}, "first_seen", "last_seen") for r in rows]
     gpu = ("gpu", lambda r: "-" if r["gpu"] is None else r["gpu"])
     emit(out, ["severity", "category", "node", gpu, "action", "state", "summary"], as_json=json_out, fmt=fmt)
 

@@ -53,6 +53,14 @@ PCI_SQL = (
 )
 
 
+# an alert's GPU by its UUID: the one the engine stored with the alert, else the inventory's for its node and index
+# (the same GPU as `gpus`, `events` and /metrics name)
+UUID_SQL = (
+    "coalesce(alerts.uuid, (SELECT any_value(g.uuid) FROM gpus g WHERE g.node = alerts.node "
+    "AND g.gpu = alerts.gpu))"
+)
+
+
 class AlertOrder(str, enum.Enum):
     """How list_alerts orders its rows (see the module docstring)."""
 
@@ -115,7 +123,7 @@ def list_alerts(
             where.append(f"{col} = ?")
             params.append(val)
     sql = (
-        f"SELECT {', '.join(LIST_COLUMNS)}, {PCI_SQL} AS pci_bus_id, "
+        f"SELECT {', '.join(LIST_COLUMNS)}, {PCI_SQL} AS pci_bus_id, {UUID_SQL} AS uuid, "
         "json_extract_string(evidence, '$.closed_by') AS closed_by FROM alerts"
     )
     if where:
