@@ -2,7 +2,7 @@
 
 import re
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # The marker that makes a DuckDB file a fleettool store: this row in `meta`. Stores written before the marker
 # existed are recognised by their shape (a `meta` table with a schema_version row, and no table fleettool never
@@ -68,6 +68,13 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS node_audit (
         ts TIMESTAMP, node VARCHAR NOT NULL, from_state VARCHAR, to_state VARCHAR NOT NULL, who VARCHAR,
         reason VARCHAR, side_effects VARCHAR)""",
+    # version 6: topology as keys per node (rack, nvlink_domain, leaf, spine, zone, clique, gpu_product, and a
+    # CSV's extra columns), from the file that said it; and Slurm jobs (store/topology.py)
+    """CREATE TABLE IF NOT EXISTS node_topology (
+        node VARCHAR NOT NULL, key VARCHAR NOT NULL, value VARCHAR, source VARCHAR, updated TIMESTAMP)""",
+    """CREATE TABLE IF NOT EXISTS jobs (
+        job_id VARCHAR NOT NULL, name VARCHAR, nodes VARCHAR[], start_time TIMESTAMP, end_time TIMESTAMP,
+        state VARCHAR, state_detail VARCHAR, source VARCHAR)""",
     # what was ingested, so replaying the same file twice stores it once: keyed by content hash, and for a file
     # timed from outside its content (name, --at, mtime) by hash@time too (ingest.run.ingest_key)
     """CREATE TABLE IF NOT EXISTS ingests (
