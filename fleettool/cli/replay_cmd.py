@@ -85,6 +85,7 @@ def _replay(
     max_bytes: int | None = None,
     as_agent: tuple[tuple[float, float], ...] | None = None,
     no_builtin_rules: bool = False,
+    topology: tuple[list[Path], str] = ([], "topology.kubernetes.io/rack"),
 ) -> None:
     from fleettool.cli.rules_cmd import _load
     from fleettool.ingest.report import IngestOptions
@@ -92,8 +93,9 @@ def _replay(
     from fleettool.recording.files import MAX_BYTES
     from fleettool.report import render_text, summarize
 
-    if not src.exists():
-        raise die(f"{src}: no such file or directory", ExitCode.BAD_INPUT)
+    for p in (src, *topology[0]):
+        if not p.exists():
+            raise die(f"{p}: no such file or directory", ExitCode.BAD_INPUT)
     rules = _load(rules_paths, no_builtin_rules)  # the built-in set plus --rules; exit 3 naming a bad file
     opts = IngestOptions(
         node=node,
@@ -103,10 +105,11 @@ def _replay(
         year=year,
         exclude=store_files(db),
         max_bytes=max_bytes or MAX_BYTES,
+        rack_label=topology[1],
     )
     new_db = not db.exists()
     try:
-        _replay_into(db, src, opts, rules, strict, as_json, render_text, summarize, as_agent)
+        _replay_into(db, src, opts, rules, strict, as_json, render_text, summarize, as_agent, topology[0])
     except typer.Exit as e:
         if new_db and e.exit_code == int(ExitCode.BAD_INPUT) and _nothing_stored(db):
             for leftover in (db, db.with_name(db.name + ".wal")):
@@ -136,14 +139,19 @@ def _replay_into(
     render_text: Any,
     summarize: Any,
     as_agent: tuple[tuple[float, float], ...] | None = None,
+    topology: list[Path] | None = None,
 ) -> None:
+    from fleettool.ingest.read_topology import ingest_topology, summary_lines
     from fleettool.pipeline import replay
 
     with open_store(db, read_only=False) as store:
         try:  # --as-agent: ingested here, judged below as the agent judges (nothing judged whole)
+            given = ingest_topology(store, topology or [], opts)  # --topology: before the rules judge
             res = replay(store, src, opts, [] if as_agent is not None else rules)
-        except OSError as e:
+        except (OSError, ValueError) as e:
             raise die(f"{e}", ExitCode.BAD_INPUT) from None
+        res.reports[:0] = given
+        topo_lines = summary_lines(store)
         if as_agent is not None and res.recognised:
             res.alerts = _judge_as_agent(store, rules, as_agent)
         reports = res.reports
@@ -179,6 +187,7 @@ def _replay_into(
                 for s in summaries
             ],
             "alerts": [with_iso(a, "first_seen", "last_seen") for a in alerts],
+            "topology": topo_lines,
         }
         json.dump(out, sys.stdout, indent=1, default=str)
         print()
@@ -203,7 +212,7 @@ def _replay_into(
                 f"\n{boot} kernel events are boot-relative (uptime only, no wall clock in the file): "
                 "stored without a time and judged at the end of the recording"
             )
-        print()
+        print("\n".join(["", *topo_lines]) if topo_lines else "")
         print(render_text(summaries))
         print()
         if not alerts:
@@ -333,6 +342,16 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="do not list skipped lines")] = False,
         rules: RulesOpt = None,
         no_builtin_rules: NoBuiltinRulesOpt = False,
+        topology: Annotated[
+            list[Path] | None,
+            typer.Option(
+                help="a topology or jobs file to read as well (repeatable): Slurm topology.conf, sacct "
+                "--parsable2, kubectl get nodes -o json, a node,rack,nvlink_domain,leaf CSV"
+            ),
+        ] = None,
+        rack_label: Annotated[str, typer.Option(help="the Kubernetes node label naming the rack")] = (
+            "topology.kubernetes.io/rack"
+        ),
         as_agent: Annotated[
             bool,
             typer.Option(
@@ -373,4 +392,7 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"not a year: {year}", param_hint="--year")
         t = parse_at(at) if at is not None else None
         mb, judged = _max_bytes(max_file_size), downs if as_agent else None
-        _replay(db, recording, node, strict, json_out, quiet, rules, t, year, mb, judged, no_builtin_rules)
+        topo = (topology or [], rack_label)
+        _replay(
+            db, recording, node, strict, json_out, quiet, rules, t, year, mb, judged, no_builtin_rules, topo
+        )

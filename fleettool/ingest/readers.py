@@ -46,4 +46,8 @@ READERS: dict[str, Reader] = {
     "dcgmi-health-json": _lazy("read_dcgmi", "read_dcgmi_health_json"),
     "dcgmi-dmon": _lazy("read_dcgmi", "read_dcgmi_dmon"),
     "dcgmi-discovery": _lazy("read_dcgmi", "read_dcgmi_discovery"),
+    "slurm-topology": _lazy("read_topology", "read_slurm_topology"),
+    "sacct": _lazy("read_topology", "read_sacct"),
+    "kube-nodes": _lazy("read_topology", "read_kube_nodes"),
+    "topology-csv": _lazy("read_topology", "read_topology_csv"),
 }

@@ -31,6 +31,10 @@ READER_NAMES = {
     "dcgmi-health-json": "dcgmi health -j",
     "dcgmi-dmon": "dcgmi dmon",
     "dcgmi-discovery": "dcgmi discovery",
+    "slurm-topology": "Slurm topology.conf",
+    "sacct": "sacct --parsable2",
+    "kube-nodes": "kubectl get nodes -o json",
+    "topology-csv": "topology CSV",
 }
 
 
@@ -63,6 +67,8 @@ class FileReport:
     identities: int = 0  # the driver's GPU announcement lines (PCI id -> UUID, serial)
     duplicates: int = 0  # kernel lines already stored from another file (ingest.dedup): not stored again
     notes: list[str] = field(default_factory=list)
+    topology_nodes: int = 0  # nodes a topology file placed (node_topology)
+    jobs: int = 0  # jobs a sacct dump gave (jobs)
 
     @property
     def status(self) -> str:
@@ -94,6 +100,8 @@ class FileReport:
             or self.runs
             or self.identities
             or self.duplicates
+            or self.topology_nodes
+            or self.jobs
         ):
             return None
         first = self.issues[0] if self.issues else None
@@ -104,6 +112,10 @@ class FileReport:
 
     def stored(self) -> str:
         kernel = self.format.startswith("kmsg")
+        if self.format == "sacct":
+            return f"{self.jobs} jobs" if self.jobs != 1 else "1 job"
+        if self.format in ("slurm-topology", "kube-nodes", "topology-csv"):
+            return f"{self.topology_nodes} nodes ({self.rows} topology keys)"
         if self.format.startswith("nccl"):
             runs = f"{self.runs} runs" if self.runs != 1 else "1 run"
             return f"{runs} ({self.rows} table rows)"
@@ -142,6 +154,8 @@ class FileReport:
             "duplicate_events": self.duplicates,
             "notes": self.notes,
             "nothing_stored": self.nothing_stored(),
+            "topology_nodes": self.topology_nodes,
+            "jobs": self.jobs,
         }
 
 
@@ -159,6 +173,7 @@ class IngestOptions:
     at: float | None = None  # --at: the time of files that carry none and whose name gives none
     exclude: list[Path] = field(default_factory=list)  # the store's own files: never read
     max_bytes: int = MAX_BYTES  # decompressed bytes per file
+    rack_label: str = "topology.kubernetes.io/rack"  # the Kubernetes node label that names a node's rack
 
 
 def outside_time(path: Path, opts: IngestOptions, rep: FileReport) -> tuple[float, str]:

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from fleettool.formats import kube_nodes, sacct, slurm_topology, topology_csv
 from fleettool.formats.fleettool_events import EVENT_KEYS_REQUIRED
 from fleettool.formats.kmsg_prefix import LINE_SHAPES
 from fleettool.formats.nvidia_smi_paste import sniff as sniff_smi_paste
@@ -86,7 +87,8 @@ def _text_like(head: bytes) -> bool:
 def identify(path: Path) -> str:
     """'openmetrics', 'prometheus', 'kmsg', 'kmsg-journal-json', 'kmsg-raw', 'fleettool-events', 'nccl-tests',
     'nccl-tests-json', 'nvidia-smi-xml', 'nvidia-smi-text', 'dcgmi-diag', 'dcgmi-diag-json', 'dcgmi-health',
-    'dcgmi-health-json', 'dcgmi-dmon', 'dcgmi-discovery', 'duckdb', or 'unknown', from the content (gunzipped)."""
+    'dcgmi-health-json', 'dcgmi-dmon', 'dcgmi-discovery', 'slurm-topology', 'sacct', 'kube-nodes',
+    'topology-csv', 'duckdb', or 'unknown', from the content (gunzipped)."""
     return identify_why(path).format
 
 
@@ -122,6 +124,9 @@ def identify_bytes(raw: bytes) -> Identity:
     dcgmi = identify_dcgmi(head)
     if dcgmi is not None:
         return dcgmi
+    topo = identify_topology(head)
+    if topo is not None:
+        return topo
     if re.search(r"^\|\s*NVIDIA-SMI \d", head, re.M):
         return Identity("unknown", why="nvidia-smi's table view (save nvidia-smi -q or -q -x instead)")
     smi_paste = sniff_smi_paste(head.splitlines()[:400])  # -q as pasted: a prompt line, a lone -d section
@@ -143,6 +148,21 @@ def identify_bytes(raw: bytes) -> Identity:
         fmt = refine_metrics(head)
         return Identity(fmt)
     return ident
+
+
+def identify_topology(head: str) -> Identity | None:
+    """Topology and job files: Slurm topology.conf, sacct --parsable2, kubectl get nodes -o json, a topology CSV."""
+    lines = [ln.rstrip("\r") for ln in head.splitlines() if ln.strip()][:400]
+    plugin = slurm_topology.sniff(lines)
+    if plugin is not None:
+        return Identity("slurm-topology", f"topology/{plugin}")
+    if lines and sacct.is_header(lines[0]):
+        return Identity("sacct", "sacct --parsable2")
+    if kube_nodes.sniff(head):
+        return Identity("kube-nodes", "kubectl get nodes -o json")
+    if lines and topology_csv.sniff(lines[0]):
+        return Identity("topology-csv", "node,rack,nvlink_domain,leaf")
+    return None
 
 
 # dcgmi's outputs (fleettool.formats.dcgmi_*): their tables must not be taken for Markdown
