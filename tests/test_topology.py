@@ -322,3 +322,17 @@ def test_older_store_opens_with_the_new_tables(tmp_path: Path) -> None:
     with Store(path) as st:
         assert st.scalar("SELECT value FROM meta WHERE key = 'schema_version'") == "6"
         assert st.scalar("SELECT count(*) FROM jobs") == 0
+
+
+def test_strict_failure_keeps_the_topology_it_stored(tmp_path: Path, db: Path) -> None:
+    """--strict fails on a skipped file after the rest was read: a new store holding only topology is kept (a
+    store with nothing in it is removed, and topology is something)."""
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    shutil.copy(TOPO / "topology-tree.conf", rec / "t")
+    (rec / "notes.txt").write_text("just some words here that are not any recording format at all really\n")
+    r = run_cli("replay", str(rec), "--db", str(db), "--strict")
+    assert r.returncode == 3 and "notes.txt" in r.stderr
+    assert db.exists(), "the store with the topology just read was removed"
+    with Store(db, read_only=True) as st:
+        assert len(node_topology(st)) == 16

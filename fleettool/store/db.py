@@ -158,6 +158,7 @@ class Store(TelemetryWrites, BulkWrites):
 
     def counts(self) -> dict[str, int]:
         out = {}
-        for t in ("samples", "samples_1m", "events", "gpus", "nccl_runs", "burnin_results", "alerts"):
+        tables = ("samples", "samples_1m", "events", "gpus", "nccl_runs", "burnin_results", "alerts")
+        for t in (*tables, "node_topology", "jobs"):
             out[t] = int(self.scalar(f"SELECT count(*) FROM {t}") or 0)
         return out
