@@ -79,7 +79,11 @@ def test_a_kernel_xid_wakes_the_loop_and_is_an_alert_at_once(tmp_path: Path) -> 
     log = PipeKernelLog()
     rules = [r for r in load_rules() if r.kind == "event"]
     # ticks 8 s apart: an alert seen well before the next tick came through the wake, not the timer
-    cfg = AgentConfig(db=db, node=NODE, interval_s=8.0, flush_s=600.0, duration_s=12.0, quiet=True)
+    # the test's reader (_alerts) shares the agent's DuckDB instance in this process, and so its memory limit: a
+    # reader in another process, as in use, has its own (CI once saw the agent's 16 MB met by both at once)
+    cfg = AgentConfig(
+        db=db, node=NODE, interval_s=8.0, flush_s=600.0, duration_s=12.0, quiet=True, duckdb_memory="64MB"
+    )
     ag = Agent(cfg, [KmsgCollector(NODE, source=log)], scheduler=RuleScheduler(rules))
     t = threading.Thread(target=ag.run)
     t.start()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fleettool.store import Store
 from tests.conftest import run_cli
 
 NEEDED = ("slurmctld", "slurmd", "srun", "sinfo", "munged")
@@ -178,6 +179,7 @@ def test_lifecycle_drains_and_resumes_the_slurm_node(slurm: dict[str, str], tmp_
         )
         return r.stdout.strip()
 
+    Store(db).close()  # the fleet's store exists (a lifecycle move never creates one)
     r = run_cli("node", host, "cordon", "--slurm", "--db", str(db), "-m", "XID 79 twice", env=env)
     assert r.returncode == 0, r.stderr
     assert state().startswith("drain")

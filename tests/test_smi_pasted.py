@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from fleettool.formats.errors import ParseIssue
 from fleettool.formats.nvidia_smi import gpu_samples, parse_text
 from fleettool.formats.nvidia_smi_paste import prompt, sniff, strip_annotation, xml_document
-from fleettool.model import normalize_pci_bus_id
+from fleettool.model import canonical_pci_bus_id, normalize_pci_bus_id
 from fleettool.recording.identify import identify_why
 from fleettool.store import Store
 from tests.conftest import FIXTURES, run_cli
@@ -111,7 +111,7 @@ def test_each_pasted_shape_replays_to_its_samples_and_alert(tmp_path: Path, name
     got = {r["metric"]: r["value"] for r in rows}
     assert {m: got.get(m) for m in want} == want
     if pci is not None:
-        assert gpus == [{"node": node, "gpu": gpu, "pci_bus_id": normalize_pci_bus_id(pci)}]
+        assert gpus == [{"node": node, "gpu": gpu, "pci_bus_id": canonical_pci_bus_id(pci)}]
     alerts = json.loads(run_cli("alerts", "--db", str(db), "--json").stdout)
     assert [(a["rule"], a["node"], a["gpu"], a["state"]) for a in alerts] == [(rule, node, gpu, "firing")]
 

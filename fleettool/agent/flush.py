@@ -19,7 +19,7 @@ from fleettool.agent.health import STORE_HEALTHY, store_alert
 from fleettool.collectors.base import Collected
 from fleettool.model import Event, EventKind
 from fleettool.store import Store, StoreDamaged, StoreError
-from fleettool.store.connection import is_damage
+from fleettool.store.connection import is_damage, is_out_of_memory
 
 if TYPE_CHECKING:
     from fleettool.engine.incremental import RuleScheduler
@@ -155,7 +155,13 @@ def _after_write(
     failed = None
     if ag.scheduler is not None:
         try:  # the pipeline rolls back a failed evaluation
-            pipe.evaluate_due(now, urgent=urgent, final=final)
+            try:
+                pipe.evaluate_due(now, urgent=urgent, final=final)
+            except Exception as e:  # DuckDB's memory limit met (a reader's query counts too): once more
+                if not is_out_of_memory(e):
+                    raise
+                ag.log(f"rule evaluation met the store's memory limit ({cfg.duckdb_memory}); tried again")
+                pipe.evaluate_due(now, urgent=urgent, final=final)
             ag.open_alerts = pipe.firing_alerts(cfg.node)
         except Exception as e:  # a broken rule must not stop collection; it makes the agent not ready
             failed = f"rule evaluation failed: {_first_line(e)}"

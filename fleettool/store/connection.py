@@ -41,6 +41,12 @@ def is_damage(err: BaseException) -> bool:
     return any(p in low for p in DAMAGE_PHRASES)
 
 
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether a DuckDB error is its memory limit reached (the agent's is small: a query of another connection
+    to the same database, a reader, counts against it too); the query can be tried again."""
+    return isinstance(err, duckdb.OutOfMemoryException)
+
+
 def _classify(path: str, err: Exception) -> StoreError:
     msg = str(err).splitlines()[0] if str(err) else type(err).__name__
     low = msg.lower()
