@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from fleettool.formats.errors import ParseIssue
 from fleettool.formats.nvidia_smi import gpu_samples, parse_text
 from fleettool.formats.nvidia_smi_paste import prompt, sniff, strip_annotation, xml_document
-from fleettool.model import canonical_pci_bus_id, normalize_pci_bus_id
+from fleettool.model import canonical_pci_bus_id
 from fleettool.recording.identify import identify_why
 from fleettool.store import Store
 from tests.conftest import FIXTURES, run_cli
@@ -122,7 +122,7 @@ def test_the_silent_miss_fires_and_ecc_unknown_error_is_no_value(tmp_path: Path)
     db, out = _replay(tmp_path, P / "annotated-ecc-row-remapper.txt")
     assert out["gpus"][0]["findings"] == ["remap_pending"] and out["files"][0]["first_issue"] is None
     assert out["files"][0]["notes"] == [
-        f"GPU {normalize_pci_bus_id('00000000:52:00.0')}: nvidia-smi printed Unknown Error for ecc_mode/current, ecc_mode/pending"
+        f"GPU {canonical_pci_bus_id('00000000:52:00.0')}: nvidia-smi printed Unknown Error for ecc_mode/current, ecc_mode/pending"
         " (NVML could not read them; nothing stored for them)"
     ]
     with Store(db) as s:

@@ -10,7 +10,7 @@ from fleettool.formats.errors import ParseIssue
 from fleettool.formats.nvidia_smi import SmiReport, gpu_identity, gpu_samples, parse_text, parse_xml
 from fleettool.formats.nvidia_smi_paste import xml_document
 from fleettool.ingest.report import FileReport, IngestOptions, outside_time
-from fleettool.model import GpuInfo, Sample
+from fleettool.model import GpuInfo, Sample, canonical_pci_bus_id
 from fleettool.recording.files import complete_xml, iter_lines, read_text
 from fleettool.store import Store
 
@@ -37,7 +37,7 @@ def _store_smi(store: Store, path: Path, opts: IngestOptions, rep: FileReport, r
         values = gpu_samples(g, rep.issues, str(path))
         failed = [k for k, v in g.values.items() if v.strip().strip("[]") == "Unknown Error"]
         if failed:  # nvidia-smi's own word that NVML failed to read them: not a value, but not nothing either
-            where = g.pci_bus_id or f"index {g.index}"
+            where = canonical_pci_bus_id(g.pci_bus_id) or f"index {g.index}"
             rep.notes.append(
                 f"GPU {where}: nvidia-smi printed Unknown Error for {', '.join(failed)} (NVML could not read them;"
                 " nothing stored for them)"
@@ -46,7 +46,7 @@ def _store_smi(store: Store, path: Path, opts: IngestOptions, rep: FileReport, r
             if g.values:  # read, but nothing in it is a reading: say so, never "0 samples" and nothing else
                 key = next(iter(g.values))
                 rep.notes.append(
-                    f"GPU {g.pci_bus_id or f'index {g.index}'}: {len(g.values)} values, none a reading fleettool"
+                    f"GPU {canonical_pci_bus_id(g.pci_bus_id) or f'index {g.index}'}: {len(g.values)} values, none a reading fleettool"
                     f" stores (the first: {key} at line {g.lines.get(key, 0)}): not stored"
                 )
             continue
