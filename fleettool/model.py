@@ -108,6 +108,17 @@ def rfc3339(ts: float | None) -> str | None:
     return dt.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+def _pci_parts(s: str) -> tuple[str, str, str] | None:
+    """A PCI id without its `PCI:` prefix split into domain, bus and device(.function) (domain 0 when it has
+    none); None when it is not three such parts."""
+    if s[:4].lower() == "pci:":
+        s = s[4:]
+    parts = s.split(":")
+    if len(parts) == 2:  # bb:dd(.f) without domain
+        parts = ["0", *parts]
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None
+
+
 def normalize_pci_bus_id(raw: str) -> str:
     """Any PCI id spelling -> dddd:bb:dd (lower case): '00000000:1A:00.0', '0000:1a:00', 'PCI:0000:1a:00'.
 
@@ -115,13 +126,9 @@ def normalize_pci_bus_id(raw: str) -> str:
     8-digit domain with the function; the canonical key drops the function and pads the domain to 4 digits.
     """
     s = raw.strip().lower()
-    if s.startswith("pci:"):
-        s = s[4:]
-    parts = s.split(":")
-    if len(parts) == 2:  # bb:dd(.f) without domain
-        parts = ["0", *parts]
-    if len(parts) != 3:
-        return s
+    parts = _pci_parts(s)
+    if parts is None:
+        return s.removeprefix("pci:")
     dom, bus, dev = parts
     dev = dev.split(".")[0]
     try:
@@ -138,13 +145,9 @@ def canonical_pci_bus_id(raw: str | None) -> str | None:
     if raw is None or not raw.strip():
         return None
     s = raw.strip()
-    if s[:4].lower() == "pci:":
-        s = s[4:]
-    parts = s.split(":")
-    if len(parts) == 2:  # bb:dd(.f) without domain
-        parts = ["0", *parts]
-    if len(parts) != 3:
-        return s
+    parts = _pci_parts(s)
+    if parts is None:
+        return s[4:] if s[:4].lower() == "pci:" else s
     dom, bus, devfn = parts
     dev, _, fn = devfn.partition(".")
     try:

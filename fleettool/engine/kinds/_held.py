@@ -51,16 +51,6 @@ def hold_of(kind: str, code: int | None, detail: dict[str, Any]) -> str | None:
     return j.action.value if j.action.value in HOLD_ACTIONS else None
 
 
-def holds_line(kind: str, code: int | None, detail: dict[str, Any]) -> bool:
-    return hold_of(kind, code, detail) is not None
-
-
-@functools.cache
-def lost_codes() -> tuple[int, ...]:
-    """The XID codes the catalog policy judges gpu-lost (by code alone)."""
-    return tuple(c for c in sorted(catalog()) if judge(c).category == Category.GPU_LOST)
-
-
 @functools.cache
 def hold_codes() -> tuple[int, ...]:
     """The XID codes whose lines may hold: by code alone, or by what the line says (DETAIL_CODES)."""
