@@ -226,3 +226,21 @@ def test_a_recovery_action_back_to_none_closes_it_and_it_keeps_its_judgement(tmp
         "reset",
     )
     assert f.inst.resolved_at == T0 + 9000
+
+
+def test_a_person_resolving_it_is_what_closed_it_at_once(tmp_path: Path) -> None:
+    """`alerts resolve` records `closed_by: person` at once, not only at the agent's next judgement."""
+    from fleettool.engine.silences import acknowledge
+    from fleettool.store.alerts import list_alerts
+
+    rule = next(r for r in load_rules() if r.alert == "GpuXid")
+    with Store(tmp_path / "p.duckdb") as st:
+        Pipeline(st, [rule]).write(Collected(events=[Event(T0, "n", "xid", "DBE", gpu=2, code=48)]), T0)
+        Pipeline(st, [rule]).evaluate()
+        (a,) = list_alerts(st)
+        assert (a["state"], a["closed_by"]) == ("firing", None)
+        acknowledge(
+            st, a["alert_id"], now=T0 + 60, until=T0 + 86400, who="alice", reason="swapped", kind="resolve"
+        )
+        (a,) = list_alerts(st)
+    assert (a["state"], a["closed_by"]) == ("resolved", "person")
