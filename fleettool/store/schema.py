@@ -2,7 +2,7 @@
 
 import re
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # The marker that makes a DuckDB file a fleettool store: this row in `meta`. Stores written before the marker
 # existed are recognised by their shape (a `meta` table with a schema_version row, and no table fleettool never
@@ -75,6 +75,17 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS jobs (
         job_id VARCHAR NOT NULL, name VARCHAR, nodes VARCHAR[], start_time TIMESTAMP, end_time TIMESTAMP,
         state VARCHAR, state_detail VARCHAR, source VARCHAR)""",
+    # version 7: incidents above alerts (fleettool/incidents/): one per fault across GPUs, nodes, a job, a rack, an
+    # NVLink domain, an IB leaf, a driver version or the fleet, with its root alert (NULL for a storm without a
+    # cause), whether it paged, and `because` (the evidence of each fold, a JSON list of sentences); and which
+    # alert belongs to which incident, as its root or a member (`reason`: why it was folded there)
+    """CREATE TABLE IF NOT EXISTS incidents (
+        incident_id VARCHAR PRIMARY KEY, scope VARCHAR NOT NULL, key VARCHAR, state VARCHAR, severity VARCHAR,
+        page BOOLEAN, action VARCHAR, root_alert VARCHAR, root_node VARCHAR, root_gpu SMALLINT,
+        root_code INTEGER, first_seen TIMESTAMP, last_seen TIMESTAMP, nodes INTEGER, gpus INTEGER,
+        alerts INTEGER, summary VARCHAR, because JSON)""",
+    """CREATE TABLE IF NOT EXISTS incident_members (
+        incident_id VARCHAR NOT NULL, alert_id VARCHAR NOT NULL, role VARCHAR NOT NULL, reason VARCHAR)""",
     # what was ingested, so replaying the same file twice stores it once: keyed by content hash, and for a file
     # timed from outside its content (name, --at, mtime) by hash@time too (ingest.run.ingest_key)
     """CREATE TABLE IF NOT EXISTS ingests (
