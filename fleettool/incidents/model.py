@@ -13,6 +13,9 @@ from fleettool.model import canonical_pci_bus_id
 # bucket): never a root of their own when a hardware fault explains them, one informational incident when none does
 TEARDOWN_XIDS = frozenset({13, 31, 43, 45})
 HARDWARE_ACTIONS = frozenset({"reset-gpu", "reboot-node", "inspect-hardware"})
+# categories whose faults are a part's own (heat, power, a slow node or a failed burn-in may have a cause
+# outside the GPU: a rack's cooling, a leaf switch, a job)
+HARDWARE_CATEGORIES = frozenset({"xid", "ecc", "row-remap", "gpu-lost", "pcie", "nvlink"})
 PLANNED_STATES = frozenset({"cordoned", "in-repair", "burn-in", "rma"})  # lifecycle states a person set
 
 
@@ -48,15 +51,25 @@ class AlertView:
         return min(self.codes, key=lambda c: (self.codes[c], c)) if self.codes else None
 
     @property
+    def finding(self) -> str:
+        """What the alert found, as folds compare it: its rule, and its XID for a rule of many XIDs."""
+        return f"{self.rule} (XID {self.xid})" if self.xid is not None else self.rule
+
+    @property
     def teardown_only(self) -> bool:
         """Every XID of the alert is a teardown XID (and it has one)."""
         return bool(self.codes) and set(self.codes) <= TEARDOWN_XIDS
 
     @property
     def hardware(self) -> bool:
-        """A fault of the hardware: its judged action resets, reboots or inspects, it is not only teardown
-        XIDs, and it was not raised there by repeats alone."""
-        return self.action in HARDWARE_ACTIONS and not self.teardown_only and not self.escalated
+        """A fault of the part itself: a category of HARDWARE_CATEGORIES whose judged action resets, reboots or
+        inspects, not only teardown XIDs, and not raised there by repeats alone."""
+        return (
+            self.category in HARDWARE_CATEGORIES
+            and self.action in HARDWARE_ACTIONS
+            and not self.teardown_only
+            and not self.escalated
+        )
 
 
 @dataclass
