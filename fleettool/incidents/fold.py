@@ -106,7 +106,9 @@ def _rooted(root: AlertView, members: list[tuple[AlertView, str, str]], ctx: Con
         f"; {len(members)} symptoms on {nodes} nodes folded under it" if members else ""
     )
     return IncidentRecord(
-        incident_id=_id(scope, key, root.alert_id),
+        incident_id=_id(
+            "root", None, root.alert_id
+        ),  # the same id while its symptoms arrive and its scope grows
         scope=scope,
         key=key,
         state=_state(alerts),
