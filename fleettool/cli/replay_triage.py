@@ -11,6 +11,10 @@ from fleettool.store import Store
 LIST_ALL_UP_TO = 20  # alerts listed whole when there are at most this many
 
 
+def _n(k: int, what: str) -> str:
+    return f"{k} {what}{'s' * (k != 1)}"
+
+
 def replay_incidents(store: Store) -> list[dict[str, Any]]:
     """The store's incidents as `fleettool incidents --json` gives them."""
     from fleettool.cli.incidents_cmd import _root_pci
@@ -49,7 +53,7 @@ def print_triage(
             page = "PAGE " if i["page"] else ""
             key = f" {i['key']}" if i["key"] else ""
             print(
-                f"  {page}{i['severity']:8s} {i['state']:8s} {i['scope']}{key}: {root}; {i['alerts']} alerts on {i['nodes']} nodes"
+                f"  {page}{i['severity']:8s} {i['state']:8s} {i['scope']}{key}: {root}; {_n(i['alerts'], 'alert')} on {_n(i['nodes'], 'node')}"
             )
             print(f"  {'':8s} {i['summary']}")
             for b in i["because"][:2]:
