@@ -12,9 +12,17 @@ import typer
 from fleettool.cli.common import DEFAULT_DB, die, hostname, open_store, parse_duration, parse_size_option
 from fleettool.cli.exit_codes import ExitCode
 from fleettool.cli.options import NoBuiltinRulesOpt, RulesOpt
+from fleettool.cli.topology_opts import (
+    DEFAULT_RACK_LABEL,
+    RackLabelOpt,
+    TopologyFiles,
+    TopologyOpt,
+    topology_files,
+)
 from fleettool.collectors import registry
 
 if TYPE_CHECKING:
+    from fleettool.agent.topology import TopologyRefresh
     from fleettool.collectors.base import Collector
     from fleettool.export.web_config import WebConfig
     from fleettool.sources.base import GpuSource
@@ -193,6 +201,29 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="stop after this long (default: run until SIGTERM)")
         ] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+        topology: TopologyOpt = None,
+        rack_label: RackLabelOpt = DEFAULT_RACK_LABEL,
+        jobs_from: Annotated[
+            str | None,
+            typer.Option(
+                help="sacct: store this cluster's jobs from `sacct --parsable2 ... -S now-1hours -a` every 5 "
+                "minutes (needs sacct on PATH; a failing sacct is one warning line and counted, never fatal)"
+            ),
+        ] = None,
+        topology_from: Annotated[
+            str | None,
+            typer.Option(
+                help="kubectl: store the nodes' topology labels from `kubectl get nodes -o json` every "
+                "10 minutes (needs kubectl on PATH)"
+            ),
+        ] = None,
+        fake_fabric: Annotated[
+            Path | None,
+            typer.Option(
+                help="with --source fake: the NVLink fabric info the fake reports (a JSON file: "
+                "clusterUuid, cliqueId, state, status, as nvmlDeviceGetGpuFabricInfoV gives them)"
+            ),
+        ] = None,
     ) -> None:
         """Collect telemetry into the database until SIGTERM (which flushes first).
 
@@ -234,13 +265,19 @@ def register(app: typer.Typer) -> None:
             kmsg_resume=this_boot_resume(db, name) if kmsg != "off" and "kmsg" in selected else None,
         )
         collectors = _build(ccfg, selected)  # a --kmsg path that is missing is refused here
+        topo = _topology(
+            name, topology_files(topology, rack_label), jobs_from, topology_from, ccfg.gpu_source
+        )
+        if fake_fabric is not None:
+            _fake_fabric(ccfg.gpu_source, fake_fabric)
         scheduler = None
         if not no_rules:
             from fleettool.cli.rules_cmd import _load
             from fleettool.engine.incremental import RuleScheduler
 
             scheduler = RuleScheduler(_load(rules, no_builtin_rules))
-        ag = Agent(cfg, collectors, scheduler=scheduler)
+        ag = Agent(cfg, collectors, scheduler=scheduler, topology=topo)
+        topo.log = ag.log
         web = _web_config(web_config_file)
         # before the port answers: a probe that passes means SIGTERM flushes and stops (a SIGTERM in the moment
         # between the port's first answer and the loop's start killed the agent unflushed, status -15)
@@ -319,3 +356,46 @@ def _known_gpus(db: Path, node: str) -> int:
 def _buffer_size(text: str) -> int:
     """--max-buffer as bytes: at least 1 MiB (a usage error, exit 2, otherwise)."""
     return parse_size_option(text, "--max-buffer", minimum=1 << 20, example="64MiB, 256M")
+
+
+def _topology(
+    node: str,
+    files: TopologyFiles,
+    jobs_from: str | None,
+    topology_from: str | None,
+    source: GpuSource | None,
+) -> TopologyRefresh:
+    """The agent's topology sources; a live source that is unknown is exit 2, one whose tool is missing exit 8."""
+    from fleettool.agent.topology import JOBS_FROM, TOPOLOGY_FROM, TopologyRefresh, check_tool
+
+    for given, known, hint in (
+        (jobs_from, JOBS_FROM, "--jobs-from"),
+        (topology_from, TOPOLOGY_FROM, "--topology-from"),
+    ):
+        if given is None:
+            continue
+        if given not in known:
+            raise typer.BadParameter(f"{given!r}: one of {', '.join(known)}", param_hint=hint)
+        if (why := check_tool(given)) is not None:
+            raise die(f"{why} ({hint} {given})", ExitCode.UNAVAILABLE)
+    return TopologyRefresh(
+        node,
+        list(files.paths),
+        rack_label=files.rack_label,
+        jobs_from=jobs_from,
+        topology_from=topology_from,
+        gpu_source=source,
+    )
+
+
+def _fake_fabric(source: GpuSource | None, path: Path) -> None:
+    """--fake-fabric: the recorded fabric info the fake source answers with (exit 3 naming a bad file)."""
+    from fleettool.sources.fake import FakeSource
+    from fleettool.sources.fake_inject import load_fabric
+
+    if not isinstance(source, FakeSource):
+        raise typer.BadParameter("--fake-fabric needs --source fake", param_hint="--fake-fabric")
+    try:
+        source.fabric = load_fabric(path)
+    except (OSError, ValueError) as e:
+        raise die(f"{path}: not fabric info: {e} (--fake-fabric)", ExitCode.BAD_INPUT) from None
