@@ -19,9 +19,10 @@ class Source:
     wait on, a read-write connection in a process that has the same file open read-only, so an ack pressed
     while a refresh was reading used to fail."""
 
-    def __init__(self, db: Path | None = None, fleet: str | None = None) -> None:
+    def __init__(self, db: Path | None = None, fleet: str | None = None, topology: Any = None) -> None:
         self.db = db
         self.fleet = fleet
+        self.topology = topology  # tui --fleet --topology: read into each load's in-memory fleet store
         self._turn = threading.RLock()
 
     @contextlib.contextmanager
@@ -31,6 +32,10 @@ class Source:
                 from fleettool.fleet.read import open_fleet
 
                 with open_fleet(self.fleet) as store:
+                    if self.topology is not None:
+                        from fleettool.cli.topology_opts import load_topology
+
+                        load_topology(store, self.topology, quiet=True)
                     yield store
                 return
             from fleettool.store import Store
