@@ -19,6 +19,7 @@ from fleettool.formats.slurm_topology import parse_topology_conf
 from fleettool.formats.topology_csv import parse_topology_csv
 from fleettool.recording.identify import identify_bytes
 from fleettool.store.db import Store
+from fleettool.store.schema import SCHEMA_VERSION
 from fleettool.store.topology import list_jobs, node_topology
 from tests.conftest import FIXTURES, run_cli
 
@@ -320,7 +321,7 @@ def test_older_store_opens_with_the_new_tables(tmp_path: Path) -> None:
     with Store(path, read_only=True) as st:
         assert node_topology(st) == {} and list_jobs(st) == []
     with Store(path) as st:
-        assert st.scalar("SELECT value FROM meta WHERE key = 'schema_version'") == "6"
+        assert st.scalar("SELECT value FROM meta WHERE key = 'schema_version'") == str(SCHEMA_VERSION)
         assert st.scalar("SELECT count(*) FROM jobs") == 0
 
 
