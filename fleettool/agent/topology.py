@@ -37,6 +37,7 @@ from fleettool.sources.base import FabricReader, GpuSource, SourceError
 from fleettool.store.topology import JobRow, put_jobs, put_topology
 
 if TYPE_CHECKING:
+    from fleettool.ingest.report import FileReport
     from fleettool.store import Store
 
 SACCT = ("sacct", "--parsable2", "--format=JobID,JobName,NodeList,Start,End,State", "-S", "now-1hours", "-a")
@@ -109,15 +110,17 @@ def fetch_fabric(node: str, source: GpuSource) -> Fetched:
             break
         try:
             info = source.fabric_info(i)
-        except SourceError as e:
-            states.append(f"error: {e}")
+        except SourceError as e:  # 'nvmlDeviceGetGpuFabricInfoV(gpu 3): Unknown Error': the same on every GPU
+            states.append(f"error: {str(e).split('): ', 1)[-1]}")
             continue
         states.append(info.state_name)
         if info.domain is not None and "nvlink_domain" not in keys:
             keys["nvlink_domain"] = info.domain
             keys["clique"] = info.clique or ""
-    if states:  # one state for the node: the GPUs' (they agree on a healthy node), else each GPU's in turn
-        keys["fabric_state"] = states[0] if len(set(states)) == 1 else "; ".join(states)
+    if states:  # one state for the node: the GPUs' (they agree on a healthy node), else each GPU's
+        keys["fabric_state"] = (
+            states[0] if len(set(states)) == 1 else "; ".join(f"GPU {i}: {s}" for i, s in enumerate(states))
+        )
     return Fetched("nvml", nodes={node: keys})
 
 
@@ -211,9 +214,6 @@ class TopologyRefresh:
             self._answered(got.source)
 
     def _read_files(self, store: Store) -> None:
-        from fleettool.ingest.read_topology import ingest_topology
-        from fleettool.ingest.report import IngestOptions
-
         for p in self.files:
             try:
                 st = os.stat(p)
@@ -227,11 +227,14 @@ class TopologyRefresh:
                 self._failed(str(p), why)
                 continue
             try:
-                reports = ingest_topology(store, [p], IngestOptions(rack_label=self.rack_label, quiet=True))
-            except (OSError, ValueError) as e:
+                rep = read_topology_file(store, p, self.rack_label)
+            except OSError as e:
+                self._failed(str(p), f"{p}: cannot read it ({e.strerror or e}); its stored rows kept")
+                continue
+            except ValueError as e:
                 self._failed(str(p), f"{e}; skipped, its stored rows kept")
                 continue
-            self.stored[str(p)] = self.stored.get(str(p), 0) + sum(r.rows for r in reports)
+            self.stored[str(p)] = self.stored.get(str(p), 0) + rep.rows
             self._answered(str(p))
 
     def _failed(self, source: str, why: str) -> None:
@@ -255,6 +258,36 @@ class TopologyRefresh:
             up = 0.0 if source in self._failing else 1.0
             out.append(Sample(now, self.node, None, None, "agent_topology_up", up, sub))
         return out
+
+
+def read_topology_file(store: Store, path: Path, rack_label: str) -> FileReport:
+    """One topology or jobs file into the store by what its content is, every time it is asked (no "already
+    ingested": a file changed back to what it said before is read again; nothing but its tables written, so a
+    fleet's views over segments take it too). OSError when it cannot be read, ValueError naming it when it is
+    no topology or jobs file."""
+    from fleettool.ingest.read_topology import TOPOLOGY_FORMATS
+    from fleettool.ingest.readers import READERS
+    from fleettool.ingest.report import FileReport, IngestOptions
+    from fleettool.recording.identify import identify_why
+
+    with open(path, "rb"):  # unreadable: OSError, before anything is judged of it
+        pass
+    ident = identify_why(path)
+    if ident.format not in TOPOLOGY_FORMATS:
+        what = ident.why or f"it reads as {ident.format}"
+        raise ValueError(
+            f"{path}: not a topology or jobs file (topology.conf, sacct --parsable2, kubectl get nodes -o json, "
+            f"a node,rack,nvlink_domain,leaf CSV): {what}"
+        )
+    rep = FileReport(str(path), ident.format, ident.shape)
+    store.begin()
+    try:
+        READERS[ident.format](store, path, IngestOptions(rack_label=rack_label, quiet=True), rep)
+    except BaseException:
+        store.rollback()
+        raise
+    store.commit()
+    return rep
 
 
 _SOURCE = {"kubectl": "kubectl get nodes (live)", "nvml": "nvml fabric info (live)", "sacct": "sacct (live)"}

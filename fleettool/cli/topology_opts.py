@@ -60,14 +60,12 @@ def load_topology(
     """Each file into the store as the topology or jobs file its content says it is; the FileReports. A file of
     other content: named on stderr as skipped (refuse_other: exit 3). A file that cannot be read: exit 3.
     quiet: nothing on stderr (the TUI's reloads, once the start has said it)."""
-    from fleettool.ingest.read_topology import ingest_topology
-    from fleettool.ingest.report import IngestOptions
+    from fleettool.agent.topology import read_topology_file
 
-    opts = IngestOptions(rack_label=files.rack_label, quiet=True)
     reports: list[Any] = []
     for p in files.paths:
         try:
-            reports.extend(ingest_topology(store, [p], opts))
+            reports.append(read_topology_file(store, p, files.rack_label))
         except OSError as e:
             raise die(f"{p}: cannot read it: {e.strerror or e} (--topology)", ExitCode.BAD_INPUT) from None
         except ValueError as e:
