@@ -276,9 +276,10 @@ def test_fleet_alerts_and_tui_read_topology(tmp_path: Path) -> None:
     assert "topology: 16 nodes in 2 leaves, 1 spine" in r.stderr
     r = run_cli("fleet", "alerts", "--fleet", str(fleet), "--topology", str(tmp_path / "nope.conf"))
     assert r.returncode == 3 and "nope.conf" in r.stderr and r.stderr.count("\n") == 1
-    from fleettool.cli.topology_opts import topology_files
+    from fleettool.cli.topology_opts import load_topology, topology_files
     from tui.source import Source
 
-    src = Source(fleet=str(fleet), topology=topology_files([TOPO / "nodes.csv"]))
+    files = topology_files([TOPO / "nodes.csv"])
+    src = Source(fleet=str(fleet), prepare=lambda store: load_topology(store, files, quiet=True))
     with src.open() as store:  # each load of the fleet reads them into its in-memory store
         assert node_topology(store)["gpu-02"]["pdu"] == "pdu-a2"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,12 @@ class Source:
     wait on, a read-write connection in a process that has the same file open read-only, so an ack pressed
     while a refresh was reading used to fail."""
 
-    def __init__(self, db: Path | None = None, fleet: str | None = None, topology: Any = None) -> None:
+    def __init__(
+        self, db: Path | None = None, fleet: str | None = None, prepare: Callable[[Any], object] | None = None
+    ) -> None:
         self.db = db
         self.fleet = fleet
-        self.topology = topology  # tui --fleet --topology: read into each load's in-memory fleet store
+        self.prepare = prepare  # run on each load's in-memory fleet store (tui --fleet --topology reads them)
         self._turn = threading.RLock()
 
     @contextlib.contextmanager
@@ -32,10 +34,8 @@ class Source:
                 from fleettool.fleet.read import open_fleet
 
                 with open_fleet(self.fleet) as store:
-                    if self.topology is not None:
-                        from fleettool.cli.topology_opts import load_topology
-
-                        load_topology(store, self.topology, quiet=True)
+                    if self.prepare is not None:
+                        self.prepare(store)
                     yield store
                 return
             from fleettool.store import Store

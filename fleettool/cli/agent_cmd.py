@@ -15,14 +15,14 @@ from fleettool.cli.options import NoBuiltinRulesOpt, RulesOpt
 from fleettool.cli.topology_opts import (
     DEFAULT_RACK_LABEL,
     RackLabelOpt,
-    TopologyFiles,
     TopologyOpt,
+    agent_topology,
+    fake_fabric_from,
     topology_files,
 )
 from fleettool.collectors import registry
 
 if TYPE_CHECKING:
-    from fleettool.agent.topology import TopologyRefresh
     from fleettool.collectors.base import Collector
     from fleettool.export.web_config import WebConfig
     from fleettool.sources.base import GpuSource
@@ -265,11 +265,11 @@ def register(app: typer.Typer) -> None:
             kmsg_resume=this_boot_resume(db, name) if kmsg != "off" and "kmsg" in selected else None,
         )
         collectors = _build(ccfg, selected)  # a --kmsg path that is missing is refused here
-        topo = _topology(
+        topo = agent_topology(
             name, topology_files(topology, rack_label), jobs_from, topology_from, ccfg.gpu_source
         )
         if fake_fabric is not None:
-            _fake_fabric(ccfg.gpu_source, fake_fabric)
+            fake_fabric_from(ccfg.gpu_source, fake_fabric)
         scheduler = None
         if not no_rules:
             from fleettool.cli.rules_cmd import _load
@@ -356,46 +356,3 @@ def _known_gpus(db: Path, node: str) -> int:
 def _buffer_size(text: str) -> int:
     """--max-buffer as bytes: at least 1 MiB (a usage error, exit 2, otherwise)."""
     return parse_size_option(text, "--max-buffer", minimum=1 << 20, example="64MiB, 256M")
-
-
-def _topology(
-    node: str,
-    files: TopologyFiles,
-    jobs_from: str | None,
-    topology_from: str | None,
-    source: GpuSource | None,
-) -> TopologyRefresh:
-    """The agent's topology sources; a live source that is unknown is exit 2, one whose tool is missing exit 8."""
-    from fleettool.agent.topology import JOBS_FROM, TOPOLOGY_FROM, TopologyRefresh, check_tool
-
-    for given, known, hint in (
-        (jobs_from, JOBS_FROM, "--jobs-from"),
-        (topology_from, TOPOLOGY_FROM, "--topology-from"),
-    ):
-        if given is None:
-            continue
-        if given not in known:
-            raise typer.BadParameter(f"{given!r}: one of {', '.join(known)}", param_hint=hint)
-        if (why := check_tool(given)) is not None:
-            raise die(f"{why} ({hint} {given})", ExitCode.UNAVAILABLE)
-    return TopologyRefresh(
-        node,
-        list(files.paths),
-        rack_label=files.rack_label,
-        jobs_from=jobs_from,
-        topology_from=topology_from,
-        gpu_source=source,
-    )
-
-
-def _fake_fabric(source: GpuSource | None, path: Path) -> None:
-    """--fake-fabric: the recorded fabric info the fake source answers with (exit 3 naming a bad file)."""
-    from fleettool.sources.fake import FakeSource
-    from fleettool.sources.fake_inject import load_fabric
-
-    if not isinstance(source, FakeSource):
-        raise typer.BadParameter("--fake-fabric needs --source fake", param_hint="--fake-fabric")
-    try:
-        source.fabric = load_fabric(path)
-    except (OSError, ValueError) as e:
-        raise die(f"{path}: not fabric info: {e} (--fake-fabric)", ExitCode.BAD_INPUT) from None

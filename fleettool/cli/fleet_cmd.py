@@ -170,4 +170,5 @@ def register_tui(app: typer.Typer) -> None:
         from fleettool.tui.app import FleetTui
         from fleettool.tui.source import Source
 
-        FleetTui(Source(db=db, fleet=fleet, topology=files if fleet else None), refresh_s=refresh).run()
+        prepare = (lambda store: load_topology(store, files, quiet=True)) if fleet and files.paths else None
+        FleetTui(Source(db=db, fleet=fleet, prepare=prepare), refresh_s=refresh).run()

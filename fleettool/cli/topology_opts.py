@@ -21,6 +21,8 @@ from fleettool.cli.common import die
 from fleettool.cli.exit_codes import ExitCode
 
 if TYPE_CHECKING:
+    from fleettool.agent.topology import TopologyRefresh
+    from fleettool.sources.base import GpuSource
     from fleettool.store import Store
 
 DEFAULT_RACK_LABEL = "topology.kubernetes.io/rack"
@@ -85,3 +87,46 @@ def say_topology(store: Store) -> None:
 
     for line in summary_lines(store):
         print(f"fleettool: {line}", file=sys.stderr)
+
+
+def agent_topology(
+    node: str,
+    files: TopologyFiles,
+    jobs_from: str | None,
+    topology_from: str | None,
+    source: GpuSource | None,
+) -> TopologyRefresh:
+    """The agent's topology sources; a live source that is unknown is exit 2, one whose tool is missing exit 8."""
+    from fleettool.agent.topology import JOBS_FROM, TOPOLOGY_FROM, TopologyRefresh, check_tool
+
+    for given, known, hint in (
+        (jobs_from, JOBS_FROM, "--jobs-from"),
+        (topology_from, TOPOLOGY_FROM, "--topology-from"),
+    ):
+        if given is None:
+            continue
+        if given not in known:
+            raise typer.BadParameter(f"{given!r}: one of {', '.join(known)}", param_hint=hint)
+        if (why := check_tool(given)) is not None:
+            raise die(f"{why} ({hint} {given})", ExitCode.UNAVAILABLE)
+    return TopologyRefresh(
+        node,
+        list(files.paths),
+        rack_label=files.rack_label,
+        jobs_from=jobs_from,
+        topology_from=topology_from,
+        gpu_source=source,
+    )
+
+
+def fake_fabric_from(source: GpuSource | None, path: Path) -> None:
+    """--fake-fabric: the recorded fabric info the fake source answers with (exit 3 naming a bad file)."""
+    from fleettool.sources.fake import FakeSource
+    from fleettool.sources.fake_inject import load_fabric
+
+    if not isinstance(source, FakeSource):
+        raise typer.BadParameter("--fake-fabric needs --source fake", param_hint="--fake-fabric")
+    try:
+        source.fabric = load_fabric(path)
+    except (OSError, ValueError) as e:
+        raise die(f"{path}: not fabric info: {e} (--fake-fabric)", ExitCode.BAD_INPUT) from None
