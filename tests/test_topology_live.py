@@ -241,7 +241,11 @@ def test_nvml_fabric_read_fills_nvmls_struct() -> None:
     got = read_fabric(Nv(), lambda label, fn, *a: fn(*a), 0, object())
     assert got.domain == GB200_DOMAIN and got.clique == f"{GB200_DOMAIN}.4026"
     with pytest.raises(SourceUnavailable):
-        NvmlSource().fabric_info(0)  # not opened (no driver here): the agent records it, never raises
+        NvmlSource().fabric_info(0)  # not opened (no driver here)
+    with pytest.raises(
+        RuntimeError, match="NVML is not open"
+    ):  # a failed round for the agent: one line, counted
+        fetch_fabric("gb-01", NvmlSource())
 
 
 def test_agent_options_refused_as_documented(tmp_path: Path) -> None:

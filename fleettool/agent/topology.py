@@ -101,8 +101,10 @@ def fetch_fabric(node: str, source: GpuSource) -> Fetched:
         if driver := source.driver_version():
             keys["driver"] = driver
         count = source.device_count()
-    except (SourceError, AttributeError) as e:  # not open yet (NVML missing): the next round tries again
+    except SourceError as e:  # NVML missing or failing: the next round tries again
         raise RuntimeError(f"NVML: {e}") from None
+    except AttributeError:  # the live source never opened (no driver): nothing to ask
+        raise RuntimeError("NVML is not open (no driver or library; see agent_nvml_available)") from None
     states: list[str] = []
     for i in range(count):
         if not isinstance(source, FabricReader):
