@@ -21,14 +21,16 @@ Small fixtures are committed under bench/noise/fixtures/<name>/; the two big one
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import gzip
 import hashlib
+import io
 import json
 import random
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +41,28 @@ FIXTURES = HERE / "fixtures"
 REPO = HERE.parent.parent
 
 HGX = ["18", "2a", "3a", "5d", "9a", "ab", "ba", "db"]  # an HGX H100 board's eight GPU bus numbers
-GB200 = ["0008:01", "0009:01", "0018:01", "0019:01"]  # a GB200 compute tray's four GPUs (kmsg samples' domains)
+GB200 = [
+    "0008:01",
+    "0009:01",
+    "0018:01",
+    "0019:01",
+]  # a GB200 compute tray's four GPUs (kmsg samples' domains)
 H100 = "NVIDIA H100 80GB HBM3"
 
 
 def ts(t: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc)
+
+
+@contextlib.contextmanager
+def gz(path: Path) -> Iterator[io.TextIOWrapper]:
+    """A gzip text writer with no name or time in its header, so the same fixture is the same bytes."""
+    with (
+        path.open("wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as z,
+        io.TextIOWrapper(z, encoding="utf-8") as f,
+    ):
+        yield f
 
 
 def iso(t: float) -> str:
@@ -90,7 +108,7 @@ class Kernel:
         n = 0
         for node, rows in sorted(self.lines.items()):
             rows.sort(key=lambda r: r[0])
-            with gzip.open(out / f"kernel-{node}.log.gz", "wt", compresslevel=6) as f:
+            with gz(out / f"kernel-{node}.log.gz") as f:
                 for t, msg in rows:
                     stamp = ts(t).strftime("%Y-%m-%dT%H:%M:%S+0000")
                     f.write(f"{stamp} {node} kernel: {msg}\n")
@@ -121,7 +139,9 @@ X48 = (  # NVIDIA/gpu-operator#1146 (edwardzjl), a real DBE line
     "framebuffer at physAddr 0x7fffa8860 partition 7, subpartition 1."
 )
 X149 = "NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)"
-X145 = "RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)"
+X145 = (
+    "RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)"
+)
 X154 = "GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)"
 
 
@@ -155,7 +175,7 @@ class OpenMetrics:
         self.fam.setdefault(name, []).append(f"{name}{{{labels}}} {value:g} {t:.3f}")
 
     def write(self, path: Path) -> None:
-        with gzip.open(path, "wt", compresslevel=9) as f:
+        with gz(path) as f:
             for name, rows in self.fam.items():
                 help_, typ = self.HELP[name]
                 f.write(f"# TYPE {name} {typ}\n# HELP {name} {help_}\n")
@@ -237,7 +257,9 @@ def teardown_storm(out: Path, rng: random.Random) -> dict[str, Any]:
     sacct(out, jobs)
     (out / "topology.conf").write_text(
         "# TopologyPlugin=topology/block: GB200 NVL72 racks of 18 trays\n"
-        + "".join(f"BlockName=nvl{b + 1} Nodes=gb-[{b * 18 + 1:03d}-{min(b * 18 + 18, 48):03d}]\n" for b in range(3))
+        + "".join(
+            f"BlockName=nvl{b + 1} Nodes=gb-[{b * 18 + 1:03d}-{min(b * 18 + 18, 48):03d}]\n" for b in range(3)
+        )
     )
     return {
         "name": "teardown-storm",
@@ -248,7 +270,9 @@ def teardown_storm(out: Path, rng: random.Random) -> dict[str, Any]:
         "node_days": len(nodes) * 2,
         "xid_lines": xids,
         "roots": [],
-        "expect": [{"scope": "job", "page": False, "note": "one informational teardown incident (or one per job)"}],
+        "expect": [
+            {"scope": "job", "page": False, "note": "one informational teardown incident (or one per job)"}
+        ],
         "affected": [],
         "planned_nodes": [],
         "budget": {"pages": 0, "faulty_nodes": 0, "compression": 50, "replay_s": 20, "replay_mib": 250},
@@ -281,7 +305,9 @@ def job_crash_64(out: Path, rng: random.Random) -> dict[str, Any]:
             ("4711", "llama-pretrain", "gpu-[001-064]", t0, tc + 150, "NODE_FAIL"),
         ],
     )
-    leaves = "".join(f"SwitchName=leaf{i + 1} Nodes=gpu-[{i * 8 + 1:03d}-{i * 8 + 8:03d}]\n" for i in range(8))
+    leaves = "".join(
+        f"SwitchName=leaf{i + 1} Nodes=gpu-[{i * 8 + 1:03d}-{i * 8 + 8:03d}]\n" for i in range(8)
+    )
     (out / "topology.conf").write_text(
         "# TopologyPlugin=topology/tree: 8 rail-optimised IB leaves of 8 nodes, one spine\n"
         + leaves
@@ -294,8 +320,18 @@ def job_crash_64(out: Path, rng: random.Random) -> dict[str, Any]:
         "storm": True,
         "node_days": 64 * 0.3,
         "roots": [
-            {"node": "gpu-017", "gpu": 3, "xid": 79, "time": iso(tc), "rule": "GpuFellOffTheBus", "scope": "job",
-             "key": "4711", "page": True, "members_at_least": 511}
+            {
+                "node": "gpu-017",
+                "gpu": 3,
+                "pci_bus_id": pci_long("5d"),
+                "xid": 79,
+                "time": iso(tc),
+                "rule": "GpuXid",
+                "scope": "job",
+                "key": "4711",
+                "page": True,
+                "members_at_least": 511,
+            }
         ],
         "affected": [],
         "planned_nodes": [],
@@ -338,8 +374,18 @@ def nvlink_domain(out: Path, rng: random.Random) -> dict[str, Any]:
         "storm": True,
         "node_days": 32 * 0.2,
         "roots": [
-            {"node": "r129-n07", "gpu": 0, "xid": 149, "time": iso(tr), "rule": "GpuXid", "scope": "nvlink-domain",
-             "key": "r129", "page": True, "members_at_least": 63}
+            {
+                "node": "r129-n07",
+                "gpu": 0,
+                "pci_bus_id": pci_long(GB200[0]),
+                "xid": 149,
+                "time": iso(tr),
+                "rule": "GpuXid",
+                "scope": "nvlink-domain",
+                "key": "r129",
+                "page": True,
+                "members_at_least": 63,
+            }
         ],
         "affected": [],
         "planned_nodes": [],
@@ -364,7 +410,11 @@ def rack_cooling(out: Path, rng: random.Random) -> dict[str, Any]:
             for s in range(46):
                 t = t0 + s * 60
                 hot = onset is not None and t >= onset
-                temp = base + (min(1.0, (t - onset) / 300) * (88 - base) if hot and onset else 0) + rng.uniform(-1, 1)
+                temp = (
+                    base
+                    + (min(1.0, (t - onset) / 300) * (88 - base) if hot and onset else 0)
+                    + rng.uniform(-1, 1)
+                )
                 om.add("DCGM_FI_DEV_GPU_TEMP", n, g, bus, "550.54.15", round(temp), t)
                 om.add("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", n, g, bus, "550.54.15", 104 if hot else 4, t)
         om.write(out / f"dcgm-exporter-{n}.om.gz")
@@ -379,7 +429,7 @@ def rack_cooling(out: Path, rng: random.Random) -> dict[str, Any]:
         "node_days": 24 * 45 / 1440,
         "roots": [],
         "expect": [{"scope": "rack", "key": "rk07", "page": False, "members_at_least": 128}],
-        "affected": [{"node": n} for n in rk07],
+        "affected": [{"node": n, "rule": "GpuThermalSlowdown"} for n in rk07],
         "planned_nodes": [],
         "budget": {"compression": 50},
     }
@@ -398,7 +448,9 @@ def nccl_run(a: str, b: str, peak: float, rng: random.Random) -> str:
     out = [NCCL_HEAD]
     for r in range(16):
         node, dev = (a, r) if r < 8 else (b, r - 8)
-        out.append(f"#  Rank {r:2d} Group  0 Pid {100000 + r // 8:7d} on {node:>10s} device  {dev} [0x{HGX[dev]}] {H100}\n")
+        out.append(
+            f"#  Rank {r:2d} Group  0 Pid {100000 + r // 8:7d} on {node:>10s} device  {dev} [0x{HGX[dev]}] {H100}\n"
+        )
     out.append(NCCL_COLS)
     total = 0.0
     sizes = [134217728 << i for i in range(8)]
@@ -425,7 +477,7 @@ def ib_leaf(out: Path, rng: random.Random) -> dict[str, Any]:
         text = nccl_run(a, b, (180.0 if slow else 362.0) * rng.uniform(0.98, 1.02), rng)
         t = t0 + j * 60
         name = f"all_reduce_perf-{a}-{b}-{ts(t).strftime('%Y%m%dT%H%M%SZ')}.txt.gz"
-        with gzip.open(out / name, "wt") as f:
+        with gz(out / name) as f:
             f.write(text)
     (out / "topology.conf").write_text(
         "# TopologyPlugin=topology/tree: 4 IB leaves of 8 HGX nodes, one spine\n"
@@ -440,7 +492,7 @@ def ib_leaf(out: Path, rng: random.Random) -> dict[str, Any]:
         "node_days": 32 * 0.05,
         "roots": [],
         "expect": [{"scope": "leaf", "key": "leaf3", "page": False, "members_at_least": 8}],
-        "affected": [{"node": n} for n in nodes if n.startswith("gpu-3")],
+        "affected": [{"node": n, "rule": "NcclSlowNode"} for n in nodes if n.startswith("gpu-3")],
         "planned_nodes": [],
         "budget": {"max_first_screen": 1},
     }
@@ -481,7 +533,7 @@ def driver_rollout(out: Path, rng: random.Random) -> dict[str, Any]:
         "xid31_bursts": bursts,
         "roots": [],
         "expect": [{"scope": "driver", "key": "610.57.04", "page": None}],
-        "affected": [{"node": n} for n in sorted(new)],
+        "affected": [{"node": n, "rule": "GpuXid"} for n in sorted(new)],
         "planned_nodes": [],
         "budget": {"pages": 1, "fatal_actions": 0, "compression": 50},
     }
@@ -495,7 +547,7 @@ def planned_reboots(out: Path, rng: random.Random) -> dict[str, Any]:
     k = Kernel()
     t0 = at("2026-10-05T00:00:00Z")
     racks = {f"r0{r}": [f"r0{r}-{i:02d}" for i in range(1, 19)] for r in range(1, 5)}
-    for r, (rack, trays) in enumerate(racks.items()):
+    for r, trays in enumerate(racks.values()):
         for n in trays:
             k.announce(n, t0, GB200)
             tb = t0 + r * 7 * 86400 + 9 * 3600 + trays.index(n) * 420 + rng.uniform(0, 60)
@@ -509,6 +561,12 @@ def planned_reboots(out: Path, rng: random.Random) -> dict[str, Any]:
         + "".join(f"BlockName={r} Nodes={r}-[01-18]\n" for r in racks)
     )
     every = [n for trays in racks.values() for n in trays]
+    # each rack cordoned an hour before its reboots start (as a person does before maintenance)
+    planned = [
+        {"node": n, "state": "cordoned", "at": iso(t0 + r * 7 * 86400 + 8 * 3600)}
+        for r, trays in enumerate(racks.values())
+        for n in trays
+    ]
     return {
         "name": "planned-reboots",
         "source": "NVIDIA/NVSentinel#1701 (rack-by-rack reboots raised NVLINK_DOWN as fatal on 214 of 288 nodes)",
@@ -517,8 +575,8 @@ def planned_reboots(out: Path, rng: random.Random) -> dict[str, Any]:
         "roots": [],
         "expect": [],
         "affected": [],
-        "planned_nodes": every,
-        "budget": {"pages": 0, "fatal_actions": 0},
+        "planned_nodes": planned,
+        "budget": {"pages": 0, "fatal_actions": 0, "compression": 50},
     }
 
 
@@ -537,7 +595,7 @@ def dbe_month(out: Path, rng: random.Random) -> dict[str, Any]:
     nodes = [f"node-{i:03d}" for i in range(1, 201)]
     for n in nodes:
         k.announce(n, t0, HGX)
-    codes, weights = zip(*BACKGROUND.items())
+    codes, weights = list(BACKGROUND), list(BACKGROUND.values())
     for _ in range(1039):
         n = rng.choice(nodes)
         g = rng.randrange(8)
@@ -555,8 +613,17 @@ def dbe_month(out: Path, rng: random.Random) -> dict[str, Any]:
         "storm": False,
         "node_days": len(nodes) * days,
         "roots": [
-            {"node": "node-137", "gpu": 6, "xid": 48, "time": iso(td), "rule": "GpuXid", "scope": "gpu",
-             "key": None, "page": True}
+            {
+                "node": "node-137",
+                "gpu": 6,
+                "pci_bus_id": pci_long(HGX[6]),
+                "xid": 48,
+                "time": iso(td),
+                "rule": "GpuXid",
+                "scope": "gpu",
+                "key": None,
+                "page": True,
+            }
         ],
         "affected": [],
         "planned_nodes": [],
@@ -612,13 +679,18 @@ def build(name: str, out: Path, seed: int = 30) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, help="write the fixtures into DIR/<name>/")
-    ap.add_argument("--commit", action="store_true", help="write the small fixtures into bench/noise/fixtures/")
+    ap.add_argument(
+        "--commit", action="store_true", help="write the small fixtures into bench/noise/fixtures/"
+    )
     ap.add_argument("--only", nargs="*", default=None, help="fixture names (default: all)")
     a = ap.parse_args(argv)
     names = a.only or list(BUILDERS)
     bad = [n for n in names if n not in BUILDERS]
     if bad:
-        print(f"make_fixtures: --only: no fixture {', '.join(bad)} (known: {', '.join(BUILDERS)})", file=sys.stderr)
+        print(
+            f"make_fixtures: --only: no fixture {', '.join(bad)} (known: {', '.join(BUILDERS)})",
+            file=sys.stderr,
+        )
         return 2
     if not a.out and not a.commit:
         print("make_fixtures: give --out DIR or --commit", file=sys.stderr)
