@@ -142,6 +142,7 @@ def table(results: dict[str, dict[str, Any]], rules: list[dict[str, Any]], broke
         ("compression", "compression"),
         ("pages", "pages"),
         ("roots_ok", "roots paged right"),
+        ("root_row", "root's row"),
         ("false_pages", "false pages"),
         ("fatal", "fatal actions"),
         ("faulty_nodes", "nodes marked faulty"),
@@ -159,11 +160,16 @@ def table(results: dict[str, dict[str, Any]], rules: list[dict[str, Any]], broke
         "| rule | alerts | precision | recall (targets) | time to detect (s) | time to reset (s) |",
         "|---|---|---|---|---|---|",
     ]
+    silent = [r["rule"] for r in rules if not r["alerts"] and not r["targets"]]
     for r in rules:
+        if r["rule"] in silent:
+            continue
         rec = f"{_cell(r['recall'])} ({r['targets']})" if r["targets"] else "-"
         out.append(
             f"| {r['rule']} | {r['alerts']} | {_cell(r['precision'])} | {rec} | {_cell(r['ttd_s'])} | {_cell(r['ttr_s'])} |"
         )
+    if silent:
+        out += ["", f"No alert and no target in any fixture ({len(silent)} rules): {', '.join(silent)}."]
     if broken:
         out += ["", "Broken budgets:", ""] + [f"- {b}" for b in broken]
     return "\n".join(out)
@@ -207,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             if alerts:
                 runs.append((truth, alerts))
             print(json.dumps({"fixture": n, **fig, "broken": br}), flush=True)
-    rules = score.rule_scores(runs)
+    rules = score.rule_scores(runs, [r["alert"] for r in fleettool("rules", "list", "--json")])
     text = table(results, rules, broken)
     print(text)
     if a.readme:

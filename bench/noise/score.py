@@ -64,6 +64,7 @@ def measure(
     broken: list[str] = []
     matched: set[str] = set()
     ttd: list[float] = []
+    rows: list[int] = []  # the row of each root's incident on the first screen (1 = top)
     roots_ok = 0
     for root in truth.get("roots") or []:
         want = f"{root['node']} GPU {root.get('gpu')} XID {root['xid']}"
@@ -76,6 +77,7 @@ def measure(
             else:
                 roots_ok += 1
                 matched.add(mine[0]["id"])
+                rows.append(1 + next(k for k, i in enumerate(incidents) if i["id"] == mine[0]["id"]))
                 t = at(mine[0]["root"]["ts"])
                 if t is not None:
                     ttd.append(t - (at(root["time"]) or t))
@@ -104,6 +106,7 @@ def measure(
     false_pages = len(pages) - len(matched)
     fig.update(roots=len(truth.get("roots") or []), roots_ok=roots_ok, false_pages=false_pages)
     fig["ttd_s"] = round(max(ttd), 1) if ttd else None
+    fig["root_row"] = max(rows) if rows else None
     n_roots = sum(1 for r in truth.get("roots") or [] if r.get("page"))
     if "pages" in budget and len(pages) > budget["pages"]:
         broken.append(f"{name}: {len(pages)} pages > {budget['pages']}{_ids(pages)}")
@@ -146,12 +149,14 @@ def _ids(incs: list[dict[str, Any]], n: int = 4) -> str:
     return f" ({shown}{'; ...' if len(incs) > n else ''})"
 
 
-def rule_scores(runs: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+def rule_scores(
+    runs: list[tuple[dict[str, Any], list[dict[str, Any]]]], every: list[str] | None = None
+) -> list[dict[str, Any]]:
     """Per rule over every fixture: an alert is true when it is on a truth root (its node and GPU, within 15 min
     of its time) or on a node the truth lists as affected; precision = true / all its alerts; recall = the truth
     targets that expect the rule and got one of its alerts / those targets; time to detect = median of the
     alert's first sighting less the root's time; time to reset = median of last_seen less first_seen of its
-    resolved true alerts."""
+    resolved true alerts. `every`: the rule set's names (a rule that raised nothing still gets its row)."""
     stats: dict[str, dict[str, Any]] = defaultdict(
         lambda: {"alerts": 0, "true": 0, "ttd": [], "ttr": [], "want": 0, "got": 0}
     )
@@ -188,6 +193,8 @@ def rule_scores(runs: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> list
             if rule:
                 stats[rule]["want"] += 1
                 stats[rule]["got"] += (node, -1) in hit
+    for rule in every or []:  # every rule of the set has a row, the ones that never fired too
+        stats[rule]
     out = []
     for rule, s in sorted(stats.items()):
         out.append(
