@@ -1,0 +1,175 @@
+"""The views of incidents (issue 30 item 4): the TUI opens on the incidents, root first, Enter shows one incident's
+members grouped by node with counts, l the alert list (only that incident's alerts; Esc: all of them) with its
+actions; a store with no incidents says so on the first screen; `alerts --json` names each alert's incident and
+role; /metrics of a real agent process counts the store's incidents by scope, severity and state.
+
+The store: a job crash written as kernel lines of 4 nodes x 8 GPUs (a dcgm-exporter scrape gives the GPU
+indices), replayed for real: one XID 79 on gpu-41 GPU 0, then XID 45 on every other GPU. Its incidents are
+written with the store's own replace_incidents: the job incident (root: the XID 79; members: the XID 45s of
+gpu-41..gpu-43), a rootless teardown storm of gpu-44's GPUs 0-6, and gpu-44 GPU 7's alert in none.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import run_cli
+
+pytest.importorskip("textual")
+
+T0 = 1795996800  # 2026-11-30T00:00:00Z
+PCIS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+NODES = ("gpu-41", "gpu-42", "gpu-43", "gpu-44")
+JOB, STORM = "inc-job-4711", "inc-storm-gpu-44"
+
+
+def write_recording(rec: Path) -> None:
+    rec.mkdir(parents=True)
+    om = ["# TYPE DCGM_FI_DEV_GPU_TEMP gauge"]
+    for n, node in enumerate(NODES):
+        kern = []
+        for g, p in enumerate(PCIS):
+            uuid = f"GPU-{n:02d}{g:02d}0000-0000-0000-0000-000000000000"
+            lab = (
+                f'gpu="{g}",UUID="{uuid}",pci_bus_id="00000000:{p}:00.0",device="nvidia{g}",'
+                f'modelName="NVIDIA H100 80GB HBM3",Hostname="{node}"'
+            )
+            om += [f"DCGM_FI_DEV_GPU_TEMP{{{lab}}} 40 {T0 + t}.000" for t in (0, 60)]
+            kern.append(
+                f"2026-11-30T00:00:0{g}+0000 {node} kernel: NVRM: GPU at PCI:0000:{p.lower()}:00: {uuid}"
+            )
+        if node == "gpu-41":
+            kern.append(
+                "2026-11-30T00:30:00+0000 gpu-41 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=86045, "
+                "name=python3, GPU has fallen off the bus."
+            )
+        for g, p in enumerate(PCIS):
+            if (node, g) != ("gpu-41", 0):
+                kern.append(
+                    f"2026-11-30T00:30:{10 + g:02d}+0000 {node} kernel: NVRM: Xid (PCI:0000:{p.lower()}:00): "
+                    "45, pid=86045, name=python3, Ch 00000008"
+                )
+        (rec / f"kern-{node}.log").write_text("\n".join(kern) + "\n")
+    (rec / "dcgm-exporter.om").write_text("\n".join([*om, "# EOF"]) + "\n")
+
+
+def alerts_by(db: Path) -> dict[tuple[str, int | None], dict[str, Any]]:
+    from fleettool.store import Store
+    from fleettool.store.alerts import list_alerts
+
+    with Store(db, read_only=True) as st:
+        return {(a["node"], a["gpu"]): a for a in list_alerts(st)}
+
+
+def write_incidents(db: Path) -> None:
+    from fleettool.store import Store
+    from fleettool.store.incidents import IncidentRecord, replace_incidents
+
+    al = alerts_by(db)
+    assert len(al) == 32, sorted(al)
+    root = al[("gpu-41", 0)]
+    job = {
+        a["alert_id"]: ("member", "XID 45 on job 4711's nodes within 2 min after the root")
+        for (node, _g), a in al.items()
+        if node != "gpu-44" and a is not root
+    }
+    storm = {al[("gpu-44", g)]["alert_id"]: ("member", "XID 45 burst on gpu-44") for g in range(7)}
+    records = [
+        IncidentRecord(  # written second, listed second: the store orders, not the writer
+            STORM, "node", "gpu-44", "firing", "info", False, "none", None, None, None, None,
+            T0 + 1810, T0 + 1816, 1, 7, 7, "teardown storm: XID 45 on 7 GPUs of gpu-44",
+            ["7 GPUs of gpu-44 with XID 45 within 10 s, no hardware root"], storm,
+        ),
+        IncidentRecord(
+            JOB, "job", "4711", "firing", "critical", True, "reboot-node", root["alert_id"], "gpu-41", 0, 79,
+            T0 + 1800, T0 + 1817, 3, 24, 24, "GPU 0 on gpu-41 fell off the bus; job 4711's 23 XID 45s follow",
+            ["job 4711: 3 nodes within 2 min after the root", "XID 45 is a teardown XID"],
+            {root["alert_id"]: ("root", "the fault"), **job},
+        ),
+    ]  # fmt: skip
+    with Store(db) as st:
+        assert replace_incidents(st, records) == 2
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("incviews")
+    write_recording(base / "rec")
+    p = base / "s.duckdb"
+    r = run_cli("replay", str(base / "rec"), "--db", str(p), "-q")
+    assert r.returncode == 0, r.stderr
+    write_incidents(p)
+    return p
+
+
+async def _until(pilot: Any, cond: Callable[[], bool], tries: int = 200) -> None:
+    for _ in range(tries):
+        await pilot.pause(0.05)
+        if cond():
+            return
+    raise AssertionError("the screen did not reach the expected state")
+
+
+def _app(db: Path, **kw: Any) -> Any:
+    from fleettool.tui.app import FleetTui
+    from fleettool.tui.source import Source
+
+    return FleetTui(Source(db=db), refresh_s=600, **kw)
+
+
+def _row(table: Any, i: int) -> list[str]:
+    return [str(c) for c in table.get_row_at(i)]
+
+
+def test_alerts_json_names_each_alerts_incident_and_role_and_the_table_marks_members(db: Path) -> None:
+    r = run_cli("alerts", "--db", str(db), "--json")
+    assert r.returncode == 0, r.stderr
+    got = {(a["node"], a["gpu"]): (a["incident"], a["incident_role"]) for a in json.loads(r.stdout)}
+    assert got[("gpu-41", 0)] == (JOB, "root")
+    assert got[("gpu-43", 5)] == (JOB, "member")
+    assert got[("gpu-44", 3)] == (STORM, "member")
+    assert got[("gpu-44", 7)] == (None, None)  # in no incident: null, the key still there
+    assert sum(1 for v in got.values() if v[1] == "member") == 30
+
+    table = run_cli("alerts", "--db", str(db), env={"COLUMNS": "80"}).stdout.splitlines()
+    assert all(len(ln) <= 80 for ln in table)
+    assert table[0].split() == ["ALERT_ID", "RULE", "SEVERITY", "NODE", "GPU", "SUMMARY"]  # none new at 80
+    by_gpu = {" ".join(ln.split()[3:5]): ln for ln in table[1:]}  # node and GPU
+    assert "↳" not in by_gpu["gpu-41 0"] and "↳ GPU 5 on gpu-43" in by_gpu["gpu-43 5"]
+    assert "↳" not in by_gpu["gpu-44 7"]
+
+
+def _incident_series(text: str) -> dict[tuple[str, str, str], float]:
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == "fleettool_incidents":
+                out[(s.labels["scope"], s.labels["severity"], s.labels["state"])] = s.value
+                assert s.labels["Hostname"] == "inc-agent"
+    return out
+
+
+def test_metrics_of_a_real_agent_count_the_stores_incidents(db: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from fleettool.store import Store
+    from fleettool.store.incidents import incident_counts
+    from tests.test_agent import AgentProcess
+
+    store = tmp_path / "agent.duckdb"
+    shutil.copy(db, store)
+    args = ("--db", str(store), "--node", "inc-agent", "--source", "fake", "--kmsg", "off")
+    with AgentProcess(*args, "--dcgm-exporter", "off", "--interval", "1s", "--flush", "1s") as ag:
+        body = ag.wait_metrics("fleettool_incidents{")
+        code, err, _ = ag.stop()
+    assert code == 0, err
+    scraped = _incident_series(body)
+    with Store(store, read_only=True) as st:
+        stored = incident_counts(st)
+    assert scraped == {k: float(v) for k, v in stored.items()} and scraped, (scraped, stored)
