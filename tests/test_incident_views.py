@@ -11,6 +11,7 @@ gpu-41..gpu-43), a rootless teardown storm of gpu-44's GPUs 0-6, and gpu-44 GPU 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -127,6 +128,131 @@ def _row(table: Any, i: int) -> list[str]:
     return [str(c) for c in table.get_row_at(i)]
 
 
+def test_tui_opens_on_incidents_root_first_and_fits_80_by_24(db: Path) -> None:
+    from textual.widgets import DataTable, Static
+
+    from fleettool.tui.screens import IncidentsScreen
+
+    async def go() -> None:
+        app = _app(db)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _until(pilot, lambda: isinstance(app.screen, IncidentsScreen))
+            scr = app.screen
+            t = scr.query_one("#incidents", DataTable)
+            await _until(pilot, lambda: t.row_count == 2)
+            await pilot.pause(0.1)
+            assert [str(k.value) for k in t.rows] == [JOB, STORM]  # the root's incident first
+            heads = [str(c.label) for c in t.columns.values()]
+            assert heads == ["severity", "page", "scope", "root", "alerts", "summary"], heads
+            widths = [c.get_render_width(t) for c in t.columns.values()]
+            assert sum(widths) <= 80 - t.styles.scrollbar_size_vertical
+            assert widths[-1] - 2 * t.cell_padding >= 30
+            row = _row(t, 0)
+            assert row[:5] == ["critical", "PAGE", "job", "gpu-41/0/79", "24"], row
+            assert row[5].startswith("GPU 0 on gpu-41 fell off the b") and row[5].endswith("\u2026")
+            assert _row(t, 1)[:5] == ["info", "-", "node", "-", "7"]
+            assert not scr.query_one("#noincidents", Static).display
+            status = str(scr.query_one("#incstatus", Static).render())
+            assert status == "2 incidents, 2 open, 1 paged, 32 alerts (l)", status
+            # the alert list's keys do nothing here: no alert is shown to act on
+            for key in ("a", "s", "r", "n", "slash", "i"):
+                await pilot.press(key)
+                await pilot.pause(0.2)
+                assert app.screen is scr and len(app.screen_stack) == 2, key
+            await pilot.resize_terminal(200, 40)
+            await _until(pilot, lambda: len(t.columns) == 11)
+            assert _row(t, 0)[4] == "4711" and _row(t, 0)[6:9] == ["3", "24", "24"]
+
+    asyncio.run(go())
+
+
+def test_enter_shows_members_by_node_and_l_the_incidents_alerts_with_their_actions(db: Path) -> None:
+    from textual.widgets import DataTable, Static
+
+    from fleettool.tui.screens import IncidentScreen, IncidentsScreen, NodeScreen
+
+    async def go() -> None:
+        app = _app(db)
+        async with app.run_test(size=(160, 40)) as pilot:
+            await _until(pilot, lambda: isinstance(app.screen, IncidentsScreen))
+            t = app.screen.query_one("#incidents", DataTable)
+            await _until(pilot, lambda: t.row_count == 2)
+            await pilot.press("enter")
+            await _until(pilot, lambda: isinstance(app.screen, IncidentScreen))
+            scr = app.screen
+            m = scr.query_one("#members", DataTable)
+            await _until(pilot, lambda: m.row_count == 3)
+            assert [str(c.label) for c in m.columns.values()] == [
+                "node",
+                "root",
+                "alerts",
+                "GPUs",
+                "rules",
+                "why",
+            ]
+            rows = [_row(m, i) for i in range(3)]
+            assert [r[:4] for r in rows] == [
+                ["gpu-41", "GPU 0", "8", "0-7"],  # the root's node first: the root and its 7 members
+                ["gpu-42", "", "8", "0-7"],
+                ["gpu-43", "", "8", "0-7"],
+            ]
+            assert rows[0][4] == "GpuXid×8" and rows[1][5].startswith("XID 45 on job 4711's nodes")
+            head = str(scr.query_one("#inchead", Static).render())
+            assert "root: gpu-41 GPU 0 XID 79" in head and "PAGED" in head and "job 4711" in head, head
+            assert "because job 4711: 3 nodes within 2 min after the root" in head
+            assert str(scr.query_one("#memstatus", Static).render()).startswith(
+                "3 nodes, 24 alerts (1 root, 23 members)"
+            )
+            await pilot.press("down", "enter")  # a node's row opens the node
+            await _until(pilot, lambda: isinstance(app.screen, NodeScreen))
+            assert app.screen.node == "gpu-42"  # type: ignore[attr-defined]
+            await pilot.press("escape")
+            await _until(pilot, lambda: isinstance(app.screen, IncidentScreen))
+            await pilot.press("l")  # this incident's alerts, in the alert list itself
+            alerts = app.query_one("#alerts", DataTable)
+            await _until(pilot, lambda: alerts.row_count == 24)
+            assert app.rows and {r["node"] for r in app.visible_rows()} == {"gpu-41", "gpu-42", "gpu-43"}
+            status = str(app.query_one("#status", Static).render())
+            assert status.startswith(f"24 alerts of incident {JOB} (Esc: all 32), 24 firing"), status
+            await pilot.press("a", "y")  # the list's actions act on the alert shown: the root, worst first
+            await _until(pilot, lambda: any(r["acknowledged"] for r in app.rows))
+            acked = [r for r in app.rows if r["acknowledged"]]
+            assert [(r["node"], r["gpu"]) for r in acked] == [("gpu-41", 0)]
+            await pilot.press("escape")
+            await _until(pilot, lambda: alerts.row_count == 32)
+            await pilot.press("i")  # the incidents again
+            await _until(pilot, lambda: isinstance(app.screen, IncidentsScreen))
+
+    asyncio.run(go())
+
+
+def test_a_store_without_incidents_says_so_and_the_alerts_are_one_key_away(tmp_path: Path) -> None:
+    from textual.widgets import DataTable, Static
+
+    from fleettool.store import Store
+    from fleettool.store.incidents import replace_incidents
+    from fleettool.tui.screens import IncidentsScreen
+
+    write_recording(tmp_path / "rec")
+    p = tmp_path / "none.duckdb"
+    assert run_cli("replay", str(tmp_path / "rec"), "--db", str(p), "-q").returncode == 0
+    with Store(p) as st:
+        replace_incidents(st, [])  # nothing folded
+
+    async def go() -> None:
+        app = _app(p)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _until(pilot, lambda: isinstance(app.screen, IncidentsScreen))
+            note = app.screen.query_one("#noincidents", Static)
+            await _until(pilot, lambda: bool(note.display) and "32 alerts" in str(note.render()))
+            assert str(note.render()).startswith("No incidents in this store")
+            assert "Press l for the alert list" in str(note.render())
+            await pilot.press("l")
+            await _until(pilot, lambda: app.query_one("#alerts", DataTable).row_count == 32)
+
+    asyncio.run(go())
+
+
 def test_alerts_json_names_each_alerts_incident_and_role_and_the_table_marks_members(db: Path) -> None:
     r = run_cli("alerts", "--db", str(db), "--json")
     assert r.returncode == 0, r.stderr
@@ -173,3 +299,32 @@ def test_metrics_of_a_real_agent_count_the_stores_incidents(db: Path, tmp_path: 
     with Store(store, read_only=True) as st:
         stored = incident_counts(st)
     assert scraped == {k: float(v) for k, v in stored.items()} and scraped, (scraped, stored)
+
+
+def test_snapshot_incidents_at_80_by_24(db: Path, snap_compare: Any) -> None:
+    """The first screen as an on-call engineer sees it at 80 x 24 (golden in tests/__snapshots__)."""
+
+    async def run_before(pilot: Any) -> None:
+        from fleettool.tui.screens import IncidentsScreen
+
+        await _until(pilot, lambda: isinstance(pilot.app.screen, IncidentsScreen))
+        await _until(pilot, lambda: pilot.app.screen.query_one("#incidents").row_count == 2)
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause(0.3)
+
+    assert snap_compare(_app(db, clock=False), terminal_size=(80, 24), run_before=run_before)
+
+
+def test_snapshot_incident_members_at_80_by_24(db: Path, snap_compare: Any) -> None:
+    async def run_before(pilot: Any) -> None:
+        from fleettool.tui.screens import IncidentScreen, IncidentsScreen
+
+        await _until(pilot, lambda: isinstance(pilot.app.screen, IncidentsScreen))
+        await _until(pilot, lambda: pilot.app.screen.query_one("#incidents").row_count == 2)
+        await pilot.press("enter")
+        await _until(pilot, lambda: isinstance(pilot.app.screen, IncidentScreen))
+        await _until(pilot, lambda: pilot.app.screen.query_one("#members").row_count == 3)
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause(0.3)
+
+    assert snap_compare(_app(db, clock=False), terminal_size=(80, 24), run_before=run_before)

@@ -137,7 +137,8 @@ def register_tui(app: typer.Typer) -> None:
         fleet: FleetInsteadOpt = None,
         refresh: Annotated[float, typer.Option(min=0.1, help="seconds between refreshes")] = 10.0,
     ) -> None:
-        """The triage dashboard: alerts worst first; Enter opens the evidence (series around the alert, its
+        """The triage dashboard: incidents root first (Enter: members by node; l: the alerts, i: back to
+        the incidents); in the alerts, worst first, Enter opens the evidence (series around the alert, its
         events, NCCL runs, burn-ins) beside its runbook; a acknowledges, s silences the node, r resolves, f
         shows the fleet grid, / filters, ? helps.
 
