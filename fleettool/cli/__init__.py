@@ -14,6 +14,7 @@ from fleettool.cli import (
     burnin_cmd,
     demo_cmd,
     fleet_cmd,
+    incidents_cmd,
     node_cmd,
     query_cmd,
     record_cmd,
@@ -59,6 +60,7 @@ query_cmd.register(app)
 rules_cmd.register(app)
 rules_cmd.register_baselines(app)
 alerts_cmd.register(app)
+incidents_cmd.register(app)
 burnin_cmd.register(app)
 fleet_cmd.register(app)
 fleet_cmd.register_tui(app)

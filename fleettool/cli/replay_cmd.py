@@ -141,6 +141,7 @@ def _replay_into(
     as_agent: tuple[tuple[float, float], ...] | None = None,
     topology: list[Path] | None = None,
 ) -> None:
+    from fleettool.cli.replay_triage import member_ids, print_triage, replay_incidents
     from fleettool.ingest.read_topology import ingest_topology, summary_lines
     from fleettool.pipeline import replay
 
@@ -169,6 +170,7 @@ def _replay_into(
                 ExitCode.BAD_INPUT,
             )
         summaries = summarize(store)
+        incidents, members = replay_incidents(store), member_ids(store)
     read, failed, skipped, partial, alerts = res.read, res.failed, res.skipped, res.partial, res.alerts
     if as_json:
         out = {
@@ -186,6 +188,7 @@ def _replay_into(
                 }
                 for s in summaries
             ],
+            "incidents": incidents,
             "alerts": [with_iso(a, "first_seen", "last_seen") for a in alerts],
             "topology": topo_lines,
         }
@@ -215,17 +218,7 @@ def _replay_into(
         print("\n".join(["", *topo_lines]) if topo_lines else "")
         print(render_text(summaries))
         print()
-        if not alerts:
-            print("alerts: none")
-        else:
-            print(f"alerts ({len(alerts)}):")
-            for a in alerts:
-                gpu = "-" if a["gpu"] is None else a["gpu"]
-                print(
-                    f"  {a['severity']:8s} {a['category']:10s} {a['node']} gpu {gpu}  {a['action']:16s} "
-                    f"{a['summary']}"
-                )
-                print(f"  {'':8s} {_when(a)}; runbook: {a['runbook']}")
+        print_triage(incidents, alerts, members, str(db), _when)
     _nothing_from(src, read, res.seen)
     if failed and not strict:
         raise typer.Exit(int(ExitCode.BAD_INPUT))  # each failure was named on stderr as it happened

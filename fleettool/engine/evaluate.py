@@ -18,6 +18,7 @@ from fleettool.engine.kinds import KINDS, Entity, KindResult, Verdict
 from fleettool.engine.kinds._horizon import Horizons, horizon_of
 from fleettool.engine.rules import Rule
 from fleettool.engine.state import PENDING, RESOLVED, STALE, Instance, run_observations
+from fleettool.incidents.refresh import refresh_incidents
 from fleettool.model import Severity
 from fleettool.store import Store
 from fleettool.store.alerts import AlertRecord, open_alert_of_incident, put_alert
@@ -270,4 +271,6 @@ def write_alerts(store: Store, incidents: list[Incident]) -> int:
             ),
         )
         n += 1
+    if n:
+        refresh_incidents(store)  # the incidents above them, from every alert as it now stands
     return n

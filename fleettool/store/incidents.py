@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fleettool.store.alerts import ALERT_STATES, SEVERITIES, _rank
+from fleettool.store.alerts import ALERT_STATES, PCI_SQL, SEVERITIES, _rank
 from fleettool.store.values import db_time, epoch
 
 if TYPE_CHECKING:
@@ -127,7 +127,9 @@ def list_incidents(
     """Incidents in triage order (module docstring), times as unix seconds, `because` as a list."""
     if state is not None and state not in ALERT_STATES:
         raise ValueError(f"{state!r} is not an incident state (one of {', '.join(ALERT_STATES)})")
-    sql = "SELECT * FROM incidents" + (" WHERE state = ?" if state else "") + f" ORDER BY {INCIDENT_ORDER_SQL}"
+    sql = (
+        "SELECT * FROM incidents" + (" WHERE state = ?" if state else "") + f" ORDER BY {INCIDENT_ORDER_SQL}"
+    )
     if limit is not None:
         sql += f" LIMIT {int(limit)}"
     return [_row(r) for r in store.query(sql, [state] if state else [])]
@@ -170,3 +172,35 @@ def incident_counts(store: Store) -> dict[tuple[str, str, str], int]:
     """(scope, severity, state) -> incidents, for /metrics."""
     rows = store.query("SELECT scope, severity, state, count(*) AS n FROM incidents GROUP BY ALL")
     return {(r["scope"], r["severity"], r["state"]): int(r["n"]) for r in rows}
+
+
+def alerts_to_fold(store: Store) -> list[dict[str, Any]]:
+    """Every alert with what the fold reads: its columns, evidence (JSON text), PCI id, times as unix seconds."""
+    rows = store.query(
+        "SELECT alert_id, rule, category, severity, action, node, gpu, state, first_seen, last_seen, summary, "
+        f"evidence, {PCI_SQL} AS pci_bus_id FROM alerts ORDER BY first_seen, alert_id"
+    )
+    return [{**r, "first_seen": epoch(r["first_seen"]), "last_seen": epoch(r["last_seen"])} for r in rows]
+
+
+def silence_windows(store: Store) -> list[dict[str, Any]]:
+    """Every silence ever made (matchers, created/until as unix seconds, reason): what was planned when."""
+    rows = store.query("SELECT node, gpu, rule, category, created, until, reason FROM silences")
+    return [{**r, "created": epoch(r["created"]), "until": epoch(r["until"])} for r in rows]
+
+
+def lifecycle_history(store: Store) -> dict[str, list[tuple[float, str]]]:
+    """node -> [(when, the state it moved to)], oldest first, from the lifecycle's audit trail."""
+    out: dict[str, list[tuple[float, str]]] = {}
+    for r in store.query("SELECT ts, node, to_state FROM node_audit WHERE ts IS NOT NULL ORDER BY ts"):
+        out.setdefault(r["node"], []).append((epoch(r["ts"]) or 0.0, r["to_state"]))
+    return out
+
+
+def node_drivers(store: Store) -> dict[str, str]:
+    """node -> the driver version its GPUs last reported."""
+    rows = store.query(
+        "SELECT node, arg_max(driver, last_seen) AS driver FROM gpus WHERE driver IS NOT NULL "
+        "AND driver <> '' GROUP BY node"
+    )
+    return {r["node"]: r["driver"] for r in rows}

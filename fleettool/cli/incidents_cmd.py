@@ -1,0 +1,167 @@
+"""`fleettool incidents [show ID]`: incidents above alerts, causes first (fleettool/incidents/)."""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import typer
+
+from fleettool.cli.common import DEFAULT_DB, die, open_store
+from fleettool.cli.exit_codes import ExitCode
+from fleettool.cli.options import DbOpt, FormatOpt, JsonOpt
+from fleettool.cli.output import emit, print_json
+from fleettool.store.alerts import ALERT_STATES
+
+incidents_app = typer.Typer(invoke_without_command=True)
+
+
+def _rows(store: Any, state: str | None) -> list[dict[str, Any]]:
+    """The stored incidents; folded now from the alerts when the store has alerts but no incidents (written by a
+    fleettool before incidents), saying so on stderr."""
+    from fleettool.incidents.fold import fold_incidents
+    from fleettool.incidents.inputs import load
+    from fleettool.store.incidents import list_incidents
+
+    rows = list_incidents(store, state=state)
+    if rows or state is not None or not store.scalar("SELECT count(*) FROM alerts"):
+        return rows
+    folded = fold_incidents(*load(store))
+    print(f"note: {store.path} holds no incidents; folded {len(folded)} from its alerts now", file=sys.stderr)
+    out = []
+    for r in folded:
+        d = {k: getattr(r, k) for k in r.__dataclass_fields__ if k != "members"}
+        out.append(d)
+    order = {s: i for i, s in enumerate(ALERT_STATES)}
+    out.sort(
+        key=lambda d: (order.get(d["state"], 9), d["root_alert"] is None, not d["page"], -d["first_seen"])
+    )
+    return out
+
+
+def _root_pci(store: Any, rows: list[dict[str, Any]]) -> dict[str, str | None]:
+    from fleettool.store.alerts import PCI_SQL
+
+    ids = [r["root_alert"] for r in rows if r.get("root_alert")]
+    if not ids:
+        return {}
+    got = store.query(
+        f"SELECT alert_id, {PCI_SQL} AS pci FROM alerts WHERE alert_id IN (SELECT unnest(?))", [ids]
+    )
+    return {g["alert_id"]: g["pci"] for g in got}
+
+
+def _root_cell(i: Mapping[str, Any]) -> str:
+    r = i["root"]
+    if r is None:
+        return "-"
+    gpu = f"/{r['gpu']}" if r["gpu"] is not None else ""
+    code = f" XID {r['code']}" if r["code"] is not None else ""
+    return f"{r['node']}{gpu}{code}"
+
+
+@incidents_app.callback()
+def incidents(
+    ctx: typer.Context,
+    db: DbOpt = DEFAULT_DB,
+    json_out: JsonOpt = False,
+    fmt: FormatOpt = "table",
+    state: Annotated[
+        str | None, typer.Option(help=f"only incidents in this state ({', '.join(ALERT_STATES)})")
+    ] = None,
+) -> None:
+    """List incidents, causes first: each fault once, with the alerts it explains counted under it.
+
+    An incident is a root alert and its symptoms (the driver's `caused by previous Xid N`, XID 145 after 149 in
+    one NVLink domain, a job's teardown XIDs after a hardware fault), or a storm folded by topology or time.
+    PAGE says whether it paged: only a root or a critical storm, never a teardown, never planned work.
+
+    Example: fleettool incidents --db fleet.duckdb --json
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if state and state not in ALERT_STATES:
+        raise typer.BadParameter(
+            f"{state!r} is not a state (one of {', '.join(ALERT_STATES)})", param_hint="--state"
+        )
+    from fleettool.incidents.model import incident_json
+
+    with open_store(db, read_only=True) as store:
+        rows = _rows(store, state or None)
+        pci = _root_pci(store, rows)
+    out = [incident_json(r, pci) for r in rows]
+    emit(
+        out,
+        [
+            ("id", lambda i: i["id"][:8]),
+            "state",
+            "severity",
+            ("page", lambda i: "PAGE" if i["page"] else ""),
+            "scope",
+            ("key", lambda i: i["key"] or ""),
+            ("root", _root_cell),
+            "nodes",
+            "gpus",
+            "alerts",
+            "summary",
+        ],
+        as_json=json_out,
+        fmt=fmt,
+        drop=("key", "gpus", "nodes", "scope", "page", "severity"),
+    )
+
+
+@incidents_app.command("show")
+def show(
+    incident_id: Annotated[str, typer.Argument(help="the incident's id (a unique prefix will do)")],
+    db: DbOpt = DEFAULT_DB,
+    json_out: JsonOpt = False,
+) -> None:
+    """One incident: its root, why each alert is folded under it, and its members grouped by node with counts.
+
+    Example: fleettool incidents show 3fa2 --db fleet.duckdb
+    """
+    from fleettool.incidents.model import incident_json
+    from fleettool.store.incidents import incident_by_id, incident_ids_starting, incident_members
+
+    with open_store(db, read_only=True) as store:
+        ids = incident_ids_starting(store, incident_id)
+        if len(ids) != 1:
+            why = "no incident" if not ids else f"{len(ids)} incidents ({', '.join(i[:12] for i in ids)})"
+            raise die(f"{incident_id}: {why} starts with that id in {db}", ExitCode.BAD_INPUT)
+        row = incident_by_id(store, ids[0])
+        assert row is not None
+        members = incident_members(store, ids[0])
+        pci = _root_pci(store, [row])
+    inc = incident_json(row, pci)
+    by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for m in members:
+        by_node[m["node"] or "?"].append(m)
+    if json_out:
+        print_json({**inc, "members": members}, default=str)
+        return
+    print(f"incident {inc['id']}  {inc['state']}  {inc['severity']}{'  PAGED' if inc['page'] else ''}")
+    print(f"scope {inc['scope']}{' ' + inc['key'] if inc['key'] else ''}: {inc['summary']}")
+    print(f"root: {_root_cell(inc)}" + (f" (alert {inc['root']['alert']})" if inc["root"] else ""))
+    for b in inc["because"]:
+        print(f"  because {b}")
+    print(f"{inc['alerts']} alerts on {inc['nodes']} nodes, {inc['gpus']} GPUs:")
+    for node, ms in sorted(
+        by_node.items(), key=lambda kv: (not any(m["role"] == "root" for m in kv[1]), kv[0])
+    ):
+        rules: dict[str, int] = defaultdict(int)
+        for m in ms:
+            rules[m["rule"] or "?"] += 1
+        root = " (root)" if any(m["role"] == "root" for m in ms) else ""
+        gpus = sorted({m["gpu"] for m in ms if m["gpu"] is not None})
+        print(
+            f"  {node}{root}: {len(ms)} alerts on GPUs {','.join(map(str, gpus)) or '-'}: "
+            + ", ".join(f"{r} x{n}" for r, n in sorted(rules.items()))
+        )
+    print(f"alerts: fleettool alerts --db {db} --node NODE")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(incidents_app, name="incidents", help="Incidents above alerts, causes first.")

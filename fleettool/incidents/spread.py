@@ -1,0 +1,219 @@
+"""Folding by where and when, for alerts no cause explains (after causal.py):
+
+  - teardown: XIDs 13/31/43/45 with no hardware root on a job's nodes, one incident per job (those of no known
+    job fold as below); a group of teardown XIDs alone is informational and never pages;
+  - topology: the same rule on k of n nodes of a rack, NVLink domain or IB leaf (k >= 2 and k >= n/2, n the
+    nodes the topology places there) within WINDOW_S, or on several GPUs of one node (k >= 3 for hardware
+    faults: that many parts failing together in one place share a cause);
+  - driver: the same rule on at least 3 nodes of one driver version and on no node of another version;
+  - time: a burst of one category on at least 3 nodes, each within WINDOW_S of the one before.
+Otherwise hardware faults (AlertView.hardware) fold by time only with hardware faults of other nodes that start
+within SAME_MINUTE_S: two independent hardware faults keep their own incidents.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from fleettool.incidents.model import AlertView, Context
+
+WINDOW_S = 600.0
+BURST_S = 300.0
+SAME_MINUTE_S = 60.0
+MIN_BURST_NODES = 3
+MIN_DRIVER_NODES = 3
+
+# which topology scope a category's spread is judged in first (an NVLink fault by its domain, a slow node by its
+# leaf, heat by its rack)
+SCOPE_ORDER = {
+    "nvlink": ("nvlink-domain", "rack", "leaf"),
+    "straggler": ("leaf", "nvlink-domain", "rack"),
+    "nccl": ("leaf", "nvlink-domain", "rack"),
+    "thermal": ("rack", "nvlink-domain", "leaf"),
+    "power": ("rack", "nvlink-domain", "leaf"),
+}
+DEFAULT_ORDER = ("rack", "nvlink-domain", "leaf")
+SCOPE_KEYS = {"rack": ("rack",), "nvlink-domain": ("nvlink_domain", "clique"), "leaf": ("leaf",)}
+
+
+@dataclass
+class Group:
+    scope: str
+    key: str | None
+    alerts: list[AlertView]
+    because: list[str] = field(default_factory=list)
+
+    @property
+    def teardown(self) -> bool:
+        """Every alert is only teardown XIDs: informational, never pages, sends no GPU anywhere."""
+        return all(a.teardown_only for a in self.alerts)
+
+
+def _nodes(alerts: list[AlertView]) -> set[str]:
+    return {a.node for a in alerts}
+
+
+def _chains(alerts: list[AlertView], gap: float) -> list[list[AlertView]]:
+    """Alerts in runs whose starts are each at most `gap` after the one before."""
+    out: list[list[AlertView]] = []
+    for a in sorted(alerts, key=lambda a: (a.first_seen, a.alert_id)):
+        if out and a.first_seen - out[-1][-1].first_seen <= gap:
+            out[-1].append(a)
+        else:
+            out.append([a])
+    return out
+
+
+def _span(alerts: list[AlertView]) -> str:
+    s = max(a.first_seen for a in alerts) - min(a.first_seen for a in alerts)
+    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f} min"
+
+
+def teardown_groups(alerts: list[AlertView], ctx: Context) -> tuple[list[Group], list[AlertView]]:
+    """Teardown XIDs no hardware fault explains, on the nodes of a job while it ran: one incident per job; and
+    those of no known job (folded further like any other alert)."""
+    by_job: dict[str, list[AlertView]] = defaultdict(list)
+    loose: list[AlertView] = []
+    for a in alerts:
+        jobs = ctx.jobs_of(a.node, a.first_seen)
+        if jobs:
+            by_job[min(jobs, key=lambda j: (j.start or 0.0, j.job_id)).job_id].append(a)
+        else:
+            loose.append(a)
+    out = []
+    for job, got in sorted(by_job.items()):
+        xids = sorted({c for a in got for c in a.codes})
+        why = (
+            f"job {job}: XID {', '.join(map(str, xids))} on {len(_nodes(got))} nodes, {len(got)} GPUs within "
+            f"{_span(got)} and no hardware fault: a job's teardown, not a fault of its GPUs"
+        )
+        out.append(Group("job", job, got, [why]))
+    return out, loose
+
+
+def _scope_value(ctx: Context, node: str, scope: str) -> str | None:
+    t = ctx.topology.get(node, {})
+    return next((t[k] for k in SCOPE_KEYS[scope] if t.get(k)), None)
+
+
+def _members_of(ctx: Context, scope: str, value: str) -> int:
+    return sum(1 for n in ctx.topology if _scope_value(ctx, n, scope) == value)
+
+
+def topology_groups(alerts: list[AlertView], ctx: Context) -> tuple[list[Group], list[AlertView]]:
+    """Rules that fired on k of n nodes of a rack, domain or leaf within WINDOW_S (judged in the scope its
+    category points to first), then several GPUs of one node; and what is left."""
+    out: list[Group] = []
+    left: list[AlertView] = []
+    by_rule: dict[str, list[AlertView]] = defaultdict(list)
+    for a in alerts:
+        by_rule[a.finding].append(a)
+    for rule, got in sorted(by_rule.items()):
+        rest = got
+        for scope in SCOPE_ORDER.get(got[0].category, DEFAULT_ORDER):
+            rest = _fold_scope(rule, rest, ctx, scope, out)
+        rest = _fold_node(rule, rest, out)
+        left.extend(rest)
+    return out, left
+
+
+def _least(chain: list[AlertView]) -> int:
+    """How many nodes (or GPUs of a node) make a spread: 2, or 3 where a hardware fault is among them."""
+    return 3 if any(a.hardware for a in chain) else 2
+
+
+def _fold_scope(
+    rule: str, alerts: list[AlertView], ctx: Context, scope: str, out: list[Group]
+) -> list[AlertView]:
+    by_val: dict[str, list[AlertView]] = defaultdict(list)
+    rest: list[AlertView] = []
+    for a in alerts:
+        v = _scope_value(ctx, a.node, scope)
+        (by_val[v] if v is not None else rest).append(a)
+    for value, got in sorted(by_val.items()):
+        n = _members_of(ctx, scope, value)
+        for chain in _chains(got, WINDOW_S):
+            k = len(_nodes(chain))
+            if k >= _least(chain) and 2 * k >= n:
+                why = f"{k} of {n} nodes of {scope} {value} with {rule} within {_span(chain)}"
+                out.append(Group(scope, value, chain, [why]))
+            else:
+                rest.extend(chain)
+    return rest
+
+
+def _fold_node(rule: str, alerts: list[AlertView], out: list[Group]) -> list[AlertView]:
+    by_node: dict[str, list[AlertView]] = defaultdict(list)
+    for a in alerts:
+        by_node[a.node].append(a)
+    rest: list[AlertView] = []
+    for node, got in sorted(by_node.items()):
+        for chain in _chains(got, WINDOW_S):
+            gpus = {a.gpu if a.gpu is not None else a.pci_bus_id for a in chain}
+            if len(gpus) >= _least(chain):
+                why = f"{len(gpus)} GPUs of node {node} with {rule} within {_span(chain)}"
+                out.append(Group("node", node, chain, [why]))
+            else:
+                rest.extend(chain)
+    return rest
+
+
+def driver_groups(alerts: list[AlertView], ctx: Context) -> tuple[list[Group], list[AlertView]]:
+    """A rule on >= MIN_DRIVER_NODES nodes of one driver version and on no node of another, where the fleet
+    runs more than one version: a regression of that driver, not of the GPUs."""
+    versions = set(ctx.drivers.values())
+    if len(versions) < 2:
+        return [], alerts
+    out: list[Group] = []
+    left: list[AlertView] = []
+    by_rule: dict[str, list[AlertView]] = defaultdict(list)
+    for a in alerts:
+        by_rule[a.finding].append(a)
+    for rule, got in sorted(by_rule.items()):
+        by_ver: dict[str | None, list[AlertView]] = defaultdict(list)
+        for a in got:
+            by_ver[ctx.drivers.get(a.node)].append(a)
+        known = [v for v in by_ver if v is not None]
+        if len(known) == 1 and None not in by_ver:
+            v = known[0]
+            k, n = len(_nodes(by_ver[v])), sum(1 for d in ctx.drivers.values() if d == v)
+            if k >= MIN_DRIVER_NODES:
+                why = (
+                    f"{rule} on {k} of {n} nodes running driver {v} and on none of the "
+                    f"{len(ctx.drivers) - n} nodes running another version"
+                )
+                out.append(Group("driver", v, by_ver[v], [why]))
+                continue
+        left.extend(got)
+    return out, left
+
+
+def time_groups(alerts: list[AlertView]) -> tuple[list[Group], list[AlertView]]:
+    """Bursts of one category across nodes; hardware faults only with each other, within SAME_MINUTE_S."""
+    out: list[Group] = []
+    left: list[AlertView] = []
+    by: dict[tuple[str, bool], list[AlertView]] = defaultdict(list)
+    for a in alerts:
+        by[(a.category, a.hardware)].append(a)
+    for (cat, hw), got in sorted(by.items()):
+        for chain in _minute_runs(got) if hw else _chains(got, BURST_S):
+            k = len(_nodes(chain))
+            if k >= (2 if hw else MIN_BURST_NODES):
+                kind = "hardware faults" if hw else "alerts"
+                why = f"{len(chain)} {cat} {kind} on {k} nodes within {_span(chain)}"
+                out.append(Group("fleet", cat, chain, [why]))
+            else:
+                left.extend(chain)
+    return out, left
+
+
+def _minute_runs(alerts: list[AlertView]) -> list[list[AlertView]]:
+    """Hardware faults in runs that all start within SAME_MINUTE_S of the run's first."""
+    out: list[list[AlertView]] = []
+    for a in sorted(alerts, key=lambda a: (a.first_seen, a.alert_id)):
+        if out and a.first_seen - out[-1][0].first_seen <= SAME_MINUTE_S:
+            out[-1].append(a)
+        else:
+            out.append([a])
+    return out
