@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,12 @@ class Source:
     wait on, a read-write connection in a process that has the same file open read-only, so an ack pressed
     while a refresh was reading used to fail."""
 
-    def __init__(self, db: Path | None = None, fleet: str | None = None) -> None:
+    def __init__(
+        self, db: Path | None = None, fleet: str | None = None, prepare: Callable[[Any], object] | None = None
+    ) -> None:
         self.db = db
         self.fleet = fleet
+        self.prepare = prepare  # run on each load's in-memory fleet store (tui --fleet --topology reads them)
         self._turn = threading.RLock()
 
     @contextlib.contextmanager
@@ -31,6 +34,8 @@ class Source:
                 from fleettool.fleet.read import open_fleet
 
                 with open_fleet(self.fleet) as store:
+                    if self.prepare is not None:
+                        self.prepare(store)
                     yield store
                 return
             from fleettool.store import Store

@@ -23,6 +23,7 @@ from fleettool.cli.common import DEFAULT_DB, die, open_store, parse_size_option
 from fleettool.cli.exit_codes import ExitCode
 from fleettool.cli.options import NoBuiltinRulesOpt, RulesOpt
 from fleettool.cli.output import with_iso
+from fleettool.cli.topology_opts import DEFAULT_RACK_LABEL, RackLabelOpt, TopologyOpt, topology_files
 
 
 def parse_at(text: str) -> float:
@@ -85,7 +86,7 @@ def _replay(
     max_bytes: int | None = None,
     as_agent: tuple[tuple[float, float], ...] | None = None,
     no_builtin_rules: bool = False,
-    topology: tuple[list[Path], str] = ([], "topology.kubernetes.io/rack"),
+    topology: tuple[list[Path], str] = ([], DEFAULT_RACK_LABEL),
 ) -> None:
     from fleettool.cli.rules_cmd import _load
     from fleettool.ingest.report import IngestOptions
@@ -93,9 +94,9 @@ def _replay(
     from fleettool.recording.files import MAX_BYTES
     from fleettool.report import render_text, summarize
 
-    for p in (src, *topology[0]):
-        if not p.exists():
-            raise die(f"{p}: no such file or directory", ExitCode.BAD_INPUT)
+    if not src.exists():
+        raise die(f"{src}: no such file or directory", ExitCode.BAD_INPUT)
+    topology_files(*topology)  # each --topology file readable, else exit 3 naming it
     rules = _load(rules_paths, no_builtin_rules)  # the built-in set plus --rules; exit 3 naming a bad file
     opts = IngestOptions(
         node=node,
@@ -335,16 +336,8 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="do not list skipped lines")] = False,
         rules: RulesOpt = None,
         no_builtin_rules: NoBuiltinRulesOpt = False,
-        topology: Annotated[
-            list[Path] | None,
-            typer.Option(
-                help="a topology or jobs file to read as well (repeatable): Slurm topology.conf, sacct "
-                "--parsable2, kubectl get nodes -o json, a node,rack,nvlink_domain,leaf CSV"
-            ),
-        ] = None,
-        rack_label: Annotated[str, typer.Option(help="the Kubernetes node label naming the rack")] = (
-            "topology.kubernetes.io/rack"
-        ),
+        topology: TopologyOpt = None,
+        rack_label: RackLabelOpt = DEFAULT_RACK_LABEL,
         as_agent: Annotated[
             bool,
             typer.Option(
