@@ -211,6 +211,8 @@ def test_enter_shows_members_by_node_and_l_the_incidents_alerts_with_their_actio
             await pilot.press("l")  # this incident's alerts, in the alert list itself
             alerts = app.query_one("#alerts", DataTable)
             await _until(pilot, lambda: alerts.row_count == 24)
+            summaries = [str(alerts.get_row_at(i)[-1]) for i in range(24)]  # the root first (worst first)
+            assert not summaries[0].startswith("↳") and all(s.startswith("↳ GPU ") for s in summaries[1:])
             assert app.rows and {r["node"] for r in app.visible_rows()} == {"gpu-41", "gpu-42", "gpu-43"}
             status = str(app.query_one("#status", Static).render())
             assert status.startswith(f"24 alerts of incident {JOB} (Esc: all 32), 24 firing"), status
@@ -299,6 +301,49 @@ def test_metrics_of_a_real_agent_count_the_stores_incidents(db: Path, tmp_path: 
     with Store(store, read_only=True) as st:
         stored = incident_counts(st)
     assert scraped == {k: float(v) for k, v in stored.items()} and scraped, (scraped, stored)
+
+
+def test_the_replayed_job_crash_is_one_incident_root_first_with_its_symptoms_counted(tmp_path: Path) -> None:
+    """The same recording with its Slurm job (sacct --parsable2: job 4711 on gpu-[41-44]) replayed, folded by
+    fleettool's own fold: the first screen has one incident, the job's, its root the XID 79, its 31 symptoms
+    counted under it by node; alerts --json puts every alert in it."""
+    from textual.widgets import DataTable
+
+    from fleettool.tui.screens import IncidentScreen, IncidentsScreen
+
+    write_recording(tmp_path / "rec")
+    (tmp_path / "rec" / "sacct.txt").write_text(
+        "JobID|JobName|NodeList|Start|End|State\n"
+        "4711|llama-pretrain|gpu-[41-44]|2026-11-30T00:05:00|2026-11-30T00:30:20|NODE_FAIL\n"
+    )
+    p = tmp_path / "job.duckdb"
+    r = run_cli("replay", str(tmp_path / "rec"), "--db", str(p), "-q")
+    assert r.returncode == 0, r.stderr
+
+    async def go() -> None:
+        app = _app(p)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _until(pilot, lambda: isinstance(app.screen, IncidentsScreen))
+            t = app.screen.query_one("#incidents", DataTable)
+            await _until(pilot, lambda: t.row_count == 1)
+            assert _row(t, 0)[:5] == ["critical", "PAGE", "job", "gpu-41/0/79", "32"], _row(t, 0)
+            await pilot.press("enter")
+            await _until(pilot, lambda: isinstance(app.screen, IncidentScreen))
+            m = app.screen.query_one("#members", DataTable)
+            await _until(pilot, lambda: m.row_count == 4)
+            rows = [_row(m, i)[:3] for i in range(4)]
+            assert rows == [
+                ["gpu-41", "GPU 0", "8"],
+                ["gpu-42", "", "8"],
+                ["gpu-43", "", "8"],
+                ["gpu-44", "", "8"],
+            ]
+
+    asyncio.run(go())
+    got = json.loads(run_cli("alerts", "--db", str(p), "--json").stdout)
+    roles = sorted((a["incident_role"], a["node"], a["gpu"]) for a in got if a["incident_role"] == "root")
+    assert roles == [("root", "gpu-41", 0)] and len({a["incident"] for a in got}) == 1
+    assert sum(1 for a in got if a["incident_role"] == "member") == 31
 
 
 def test_snapshot_incidents_at_80_by_24(db: Path, snap_compare: Any) -> None:

@@ -102,10 +102,14 @@ class FleetTui(ShowsWorkerErrors, App[None]):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="alerts", description="loading the alerts")
     def load_alerts(self) -> None:
+        from fleettool.store.incidents import incident_of_alerts
         from fleettool.views import alerts
 
         with self.source.open() as store:
             rows = alerts(store)
+            of = incident_of_alerts(store)
+        for r in rows:  # as `alerts --json` names them
+            r["incident"], r["incident_role"] = of.get(r["alert_id"], (None, None))
         self.post_message(AlertsLoaded(rows))
 
     def on_alerts_loaded(self, msg: AlertsLoaded) -> None:
@@ -140,7 +144,8 @@ class FleetTui(ShowsWorkerErrors, App[None]):
             r["action"],
             r["state"],
             note,
-            r["summary"],
+            # a symptom counted under its incident's root is marked, as in the `alerts` table
+            ("↳ " if r.get("incident_role") == "member" else "") + r["summary"],
         )
 
     def render_rows(self) -> None:
