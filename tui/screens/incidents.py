@@ -44,6 +44,9 @@ NO_INCIDENTS = (
     "No incidents in this store: it predates incidents, or no fold has run on its alerts yet. "
     "Press l for the alert list"
 )
+NO_INCIDENTS_FLEET = (
+    "No incidents at this fleet location: its segments hold alerts, not incidents. Press l for them"
+)
 
 
 def incident_cells(r: dict[str, Any], now: float) -> tuple[str, ...]:
@@ -128,7 +131,8 @@ class IncidentsScreen(DataScreen):
         empty = self.query_one("#noincidents", Static)
         empty.display = not self.rows
         n_alerts = "" if self.alert_count is None else f" ({self.alert_count} alerts)"
-        empty.update(plain(NO_INCIDENTS + n_alerts + "."))
+        what = NO_INCIDENTS_FLEET if self.source.fleet else NO_INCIDENTS
+        empty.update(plain(what + n_alerts + "."))
         self.query_one("#incstatus", Static).update(plain(self.status_line()))
 
     def status_line(self) -> str:
