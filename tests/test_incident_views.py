@@ -371,6 +371,43 @@ def test_the_replayed_job_crash_is_one_incident_root_first_with_its_symptoms_cou
     assert sum(1 for a in got if a["incident_role"] == "member") == 31
 
 
+def test_the_noise_benchs_64_node_job_crash_is_one_row_with_511_symptoms_under_its_root(
+    tmp_path: Path,
+) -> None:
+    """Issue 30's "done when": bench/noise's job-crash-64 fixture (one XID 79, 511 teardown XIDs on 64 nodes)
+    replayed; the TUI opens on one incident, root first, and Enter counts the 511 symptoms under it by node."""
+    from textual.widgets import DataTable, Static
+
+    from fleettool.tui.screens import IncidentScreen, IncidentsScreen
+
+    fixture = Path(__file__).resolve().parent.parent / "bench" / "noise" / "fixtures" / "job-crash-64"
+    p = tmp_path / "jc.duckdb"
+    r = run_cli("replay", str(fixture), "--db", str(p), "-q")
+    assert r.returncode == 0, r.stderr
+
+    async def go() -> None:
+        app = _app(p)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _until(pilot, lambda: isinstance(app.screen, IncidentsScreen))
+            t = app.screen.query_one("#incidents", DataTable)
+            await _until(pilot, lambda: t.row_count >= 1)
+            assert _row(t, 0)[:5] == ["critical", "PAGE", "job", "gpu-017/-/79", "512"], _row(t, 0)
+            await pilot.press("enter")
+            await _until(pilot, lambda: isinstance(app.screen, IncidentScreen))
+            m = app.screen.query_one("#members", DataTable)
+            await _until(pilot, lambda: m.row_count == 64)
+            assert _row(m, 0)[:4] == [
+                "gpu-017",
+                "root",
+                "8",
+                "-",
+            ]  # the root's node first (no GPU indices here)
+            status = str(app.screen.query_one("#memstatus", Static).render())
+            assert status.startswith("64 nodes, 512 alerts (1 root, 511 members)"), status
+
+    asyncio.run(go())
+
+
 def test_snapshot_incidents_at_80_by_24(db: Path, snap_compare: Any) -> None:
     """The first screen as an on-call engineer sees it at 80 x 24 (golden in tests/__snapshots__)."""
 

@@ -35,9 +35,11 @@ def root_cell(r: dict[str, Any]) -> str:
 
 
 def gpu_ranges(gpus: Iterable[int | None]) -> str:
-    """GPU indices as ranges ('0-3,6'); a node-level alert as 'node'."""
+    """GPU indices as ranges ('0-3,6'); an alert with no GPU index (a node's, or a GPU known only by its PCI
+    id) as '-'."""
+    gpus = list(gpus)
     idx = sorted({g for g in gpus if g is not None})
-    parts = ["node"] if any(g is None for g in gpus) else []
+    parts = ["-"] if any(g is None for g in gpus) else []
     i = 0
     while i < len(idx):
         j = i
@@ -49,7 +51,8 @@ def gpu_ranges(gpus: Iterable[int | None]) -> str:
 
 
 def members_by_node(members: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The members (incident_members rows) grouped by node: the root's GPU ('' when the root is elsewhere),
+    """The members (incident_members rows) grouped by node: the root's GPU ('' when the root is elsewhere,
+    'root' when its GPU has no index),
     the alerts, the GPUs, each rule with its count, the commonest reason. The root's node first, then the
     nodes with most alerts, then by name."""
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -64,7 +67,7 @@ def members_by_node(members: list[dict[str, Any]]) -> list[dict[str, Any]]:
             {
                 "node": node,
                 "root": (
-                    "" if not roots else ("node" if roots[0].get("gpu") is None else f"GPU {roots[0]['gpu']}")
+                    "" if not roots else ("root" if roots[0].get("gpu") is None else f"GPU {roots[0]['gpu']}")
                 ),
                 "alerts": len(ms),
                 "gpus": gpu_ranges([m.get("gpu") for m in ms]),
