@@ -52,38 +52,64 @@ def key(
     return None
 
 
-def drop_stored(store: Store, events: list[Event]) -> tuple[list[Event], int]:
-    """The events not already in the store (by key, counted), and how many were dropped as duplicates."""
-    keyed = [
-        (ev, key(ev.node, ev.kind, ev.code, ev.ts, _uptime(ev.detail), said(ev.raw, ev.message)))
-        for ev in events
-    ]
-    if not any(k is not None for _, k in keyed):
-        return events, 0
-    nodes = sorted({ev.node for ev, k in keyed if k is not None})
-    times = [ev.ts for ev, k in keyed if k is not None and ev.ts is not None]
-    lo = math.floor(min(times)) if times else 0
-    hi = math.floor(max(times)) + 1 if times else 0
-    rows = store.query(
-        """SELECT node, kind, code, epoch_us(ts) / 1e6 AS t, raw, message, detail FROM events
-           WHERE list_contains(?, node)
-             AND ((ts IS NOT NULL AND ts >= make_timestamp(CAST(? AS BIGINT) * 1000000) AND ts < make_timestamp(CAST(? AS BIGINT) * 1000000))
-                  OR (ts IS NULL AND detail IS NOT NULL))""",
-        [nodes, lo, hi],
-    )
-    have: Counter[Hashable] = Counter()
-    for r in rows:
-        k = key(r["node"], r["kind"], r["code"], r["t"], _uptime(r["detail"]), said(r["raw"], r["message"]))
-        if k is not None:
-            have[k] += 1
-    if not have:
-        return events, 0
-    out: list[Event] = []
-    dropped = 0
-    for ev, k in keyed:
-        if k is not None and have[k] > 0:
-            have[k] -= 1
-            dropped += 1
-            continue
-        out.append(ev)
-    return out, dropped
+class FileDedup:
+    """The duplicate check of one file read in chunks: `drop(chunk)` for each chunk in file order.
+
+    Each chunk asks the store for the rows of its nodes and time span, which hold the earlier files' lines and
+    this file's earlier chunks. What this file itself stored must not count as a duplicate (a line twice in one
+    file stays two), so the keys of every keyed event of the file so far are counted, compactly (a 64-bit hash of
+    the key each), and taken off the store's count: a key the store holds n times and this file has met m times
+    so far has max(0, n - m) earlier copies left to match, exactly what one pass over the whole file gives."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.seen: Counter[int] = Counter()
+
+    def drop(self, events: list[Event]) -> tuple[list[Event], int]:
+        """The events of this chunk not already stored by another file (by key, counted), and how many were
+        dropped as duplicates."""
+        keyed = [
+            (ev, key(ev.node, ev.kind, ev.code, ev.ts, _uptime(ev.detail), said(ev.raw, ev.message)))
+            for ev in events
+        ]
+        have = self._stored([(ev, k) for ev, k in keyed if k is not None])
+        out: list[Event] = []
+        dropped = 0
+        for ev, k in keyed:
+            if k is None:
+                out.append(ev)
+                continue
+            h = hash(k)
+            left = have.get(k, 0) - self.seen[h]
+            self.seen[h] += 1
+            if left > 0:
+                dropped += 1
+                continue
+            out.append(ev)
+        return out, dropped
+
+    def _stored(self, keyed: list[tuple[Event, Hashable]]) -> Counter[Hashable]:
+        """The store's count of each key this chunk may hold (rows of its nodes in its seconds or uptimes)."""
+        have: Counter[Hashable] = Counter()
+        if not keyed:
+            return have
+        nodes = sorted({ev.node for ev, _ in keyed})
+        times = [ev.ts for ev, _ in keyed if ev.ts is not None]
+        ups = [u for u in (_uptime(ev.detail) for ev, _ in keyed if ev.ts is None) if u is not None]
+        lo = math.floor(min(times)) if times else 0
+        hi = math.floor(max(times)) + 1 if times else 0
+        rows = self.store.query(
+            """SELECT node, kind, code, epoch_us(ts) / 1e6 AS t, raw, message, detail FROM events
+               WHERE list_contains(?, node)
+                 AND ((ts IS NOT NULL AND ts >= make_timestamp(CAST(? AS BIGINT) * 1000000) AND ts < make_timestamp(CAST(? AS BIGINT) * 1000000))
+                      OR (ts IS NULL AND detail IS NOT NULL AND ?
+                          AND TRY_CAST(json_extract(detail, '$.uptime') AS DOUBLE) BETWEEN ? AND ?))""",
+            [nodes, lo, hi, bool(ups), (min(ups) - 1e-5) if ups else 0.0, (max(ups) + 1e-5) if ups else 0.0],
+        )
+        for r in rows:
+            k = key(
+                r["node"], r["kind"], r["code"], r["t"], _uptime(r["detail"]), said(r["raw"], r["message"])
+            )
+            if k is not None:
+                have[k] += 1
+        return have
