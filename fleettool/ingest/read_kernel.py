@@ -53,7 +53,7 @@ def _kernel_records(
     mark = store.events_mark()  # this file's events are those above it
     dedup = FileDedup(store)
     identities: set[tuple[str, str | None, str | None]] = set()
-    lacking: set[tuple[str, str | None]] = set()  # (node, PCI id) of stored events with no GPU index or UUID
+    lacking: set[tuple[str, str | None]] = set()  # (node, PCI id as read) of events lacking GPU or UUID
     walled = 0
     for batch in _chunks(records, node, f"kmsg:{path.name}"):
         for g, ts in batch.announced:
@@ -72,11 +72,7 @@ def _kernel_records(
                 rep.t_max = ev.ts if rep.t_max is None else max(rep.t_max, ev.ts)
         events, dropped = dedup.drop(events)  # a line another file (kern.log, its .gz, journalctl) stored
         rep.duplicates += dropped
-        lacking.update(
-            (ev.node, canonical_pci_bus_id(ev.pci_bus_id))
-            for ev in events
-            if ev.gpu is None or ev.uuid is None
-        )
+        lacking.update({(ev.node, ev.pci_bus_id) for ev in events if ev.gpu is None or ev.uuid is None})
         rep.events += store.write_events(events)
     rep.identities += len(identities)
     # identity learnt in this file (announcements, wherever they stand in it) applies to its events
@@ -97,7 +93,7 @@ def _kernel_records(
 
 
 def _chunks(records: Iterable[KernelRecord], node: str, source: str) -> Iterator[KernelBatch]:
-    """The file's records as events, at most about EVENTS_PER_CHUNK records a batch. An SXid is converted
+    """The file's records as events, at most EVENTS_PER_CHUNK events and announcements a batch. An SXid is converted
     the moment the collector's `_settled` lets it go, as `kernel_events` over the whole file would: its
     follow-on lines, folded into it by the parser meanwhile, are in it then and no later ones."""
     pending: list[KernelRecord] = []
@@ -113,9 +109,10 @@ def _chunks(records: Iterable[KernelRecord], node: str, source: str) -> Iterator
 
     for rec in _settled(records):
         pending.append(rec)
-        if rec.kind == "sxid" or len(pending) >= EVENTS_PER_CHUNK:
+        full = len(pending) + len(out.events) + len(out.announced) >= EVENTS_PER_CHUNK
+        if rec.kind == "sxid" or full:
             convert()
-        if len(out.events) + len(out.announced) >= EVENTS_PER_CHUNK:
+        if full:  # each record is at most one event or announcement: a batch holds at most EVENTS_PER_CHUNK
             yield out
             out = KernelBatch()
     convert()
@@ -226,6 +223,7 @@ def _fill_from_announcements(store: Store, mark: int, lacking: set[tuple[str, st
     `mark`) that lack them."""
     if not lacking:
         return
+    lacking = {(n, canonical_pci_bus_id(p)) for n, p in lacking}  # the store's form
     known = {
         (r["node"], r["pci_bus_id"]): (r["gpu"], r["uuid"])
         for r in store.query("SELECT node, pci_bus_id, gpu, uuid FROM gpus WHERE pci_bus_id IS NOT NULL")
