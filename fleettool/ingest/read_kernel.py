@@ -51,7 +51,7 @@ def _kernel_records(
     came from. Only a chunk's events are held: a storm's file of 50k lines costs what 5k do."""
     node = _default_node(store, opts)
     mark = store.events_mark()  # this file's events are those above it
-    dedup = FileDedup(store)
+    dedup = FileDedup(store, mark)
     identities: set[tuple[str, str | None, str | None]] = set()
     lacking: set[tuple[str, str | None]] = set()  # (node, PCI id as read) of events lacking GPU or UUID
     walled = 0
