@@ -215,7 +215,9 @@ def _number_cases() -> Iterator[Case]:
     yield Case(("burnin",), ("--node", "{host}", "--tests", "gemm,nope"), USAGE, "--tests", "unknown test")
     yield Case(("tui",), ("--db", "{store}", "--refresh", "0"), USAGE, "--refresh", "--refresh 0")
     yield Case(("alerts",), ("--db", "{store}", "--state", "open"), USAGE, "--state", "--state not a state")
-    yield Case(("incidents",), ("--db", "{store}", "--state", "open"), USAGE, "--state", "--state not a state")
+    yield Case(
+        ("incidents",), ("--db", "{store}", "--state", "open"), USAGE, "--state", "--state not a state"
+    )
     yield Case(
         ("incidents", "show"),
         ("0123", "--db", "{store}"),
