@@ -4,17 +4,16 @@ store. The lines are parsed by formats.kmsg and turned into events by the live c
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from fleettool.collectors.kmsg import kernel_events
+from fleettool.collectors.kmsg import KernelBatch, _settled, kernel_events
 from fleettool.formats.errors import ParseIssue
 from fleettool.formats.kmsg import KernelLogParser, KernelRecord, parse_journal_entry, parse_kmsg_record
-from fleettool.ingest.dedup import drop_stored
+from fleettool.ingest.dedup import FileDedup
 from fleettool.ingest.report import FileReport, IngestOptions
-from fleettool.model import Event, canonical_pci_bus_id
+from fleettool.model import canonical_pci_bus_id
 from fleettool.recording.files import iter_lines
 from fleettool.store import Store
 
@@ -40,31 +39,44 @@ def _default_node(store: Store, opts: IngestOptions) -> str:
     return nodes[0] if len(nodes) == 1 else "unknown"
 
 
+EVENTS_PER_CHUNK = (
+    5000  # events converted, checked for duplicates and inserted at once: a file streams in chunks
+)
+
+
 def _kernel_records(
     store: Store, path: Path, opts: IngestOptions, rep: FileReport, records: Iterable[KernelRecord]
 ) -> None:
-    """Store the GPU records of one kernel log and say where their times came from."""
+    """Store the GPU records of one kernel log, EVENTS_PER_CHUNK events at a time, and say where their times
+    came from. Only a chunk's events are held: a storm's file of 50k lines costs what 5k do."""
     node = _default_node(store, opts)
-    batch = kernel_events(records, node, f"kmsg:{path.name}")
-    for g, ts in batch.announced:
-        store.merge_gpu_identity(g.node, g.uuid, g.pci_bus_id, g.serial, ts or 0.0)
-        rep.nodes.add(g.node)
-    # GPUs announced (the serial line that follows an announcement is the same GPU's)
-    rep.identities += len({(g.node, g.uuid, g.pci_bus_id) for g, _ in batch.announced})
-    events = batch.events
-    rep.boot_relative += batch.boot_relative
-    rep.untimed += batch.untimed
-    for ev in events:
-        rep.nodes.add(ev.node)
-        if ev.ts is not None:
-            rep.t_min = ev.ts if rep.t_min is None else min(rep.t_min, ev.ts)
-            rep.t_max = ev.ts if rep.t_max is None else max(rep.t_max, ev.ts)
-    walled = len(events) - batch.boot_relative - batch.untimed
-    # identity learnt in this file (announcements) applies to the events just read
-    _fill_from_announcements(events, store)
-    events, dropped = drop_stored(store, events)  # a line another file (kern.log, its .gz, journalctl) stored
-    rep.duplicates += dropped
-    rep.events += store.write_events(events)
+    mark = store.events_mark()  # this file's events are those above it
+    dedup = FileDedup(store, mark)
+    identities: set[tuple[str, str | None, str | None]] = set()
+    lacking: set[tuple[str, str | None]] = set()  # (node, PCI id as read) of events lacking GPU or UUID
+    walled = 0
+    for batch in _chunks(records, node, f"kmsg:{path.name}"):
+        for g, ts in batch.announced:
+            store.merge_gpu_identity(g.node, g.uuid, g.pci_bus_id, g.serial, ts or 0.0)
+            rep.nodes.add(g.node)
+        # GPUs announced (the serial line that follows an announcement is the same GPU's)
+        identities.update((g.node, g.uuid, g.pci_bus_id) for g, _ in batch.announced)
+        events = batch.events
+        rep.boot_relative += batch.boot_relative
+        rep.untimed += batch.untimed
+        walled += len(events) - batch.boot_relative - batch.untimed
+        for ev in events:
+            rep.nodes.add(ev.node)
+            if ev.ts is not None:
+                rep.t_min = ev.ts if rep.t_min is None else min(rep.t_min, ev.ts)
+                rep.t_max = ev.ts if rep.t_max is None else max(rep.t_max, ev.ts)
+        events, dropped = dedup.drop(events)  # a line another file (kern.log, its .gz, journalctl) stored
+        rep.duplicates += dropped
+        lacking.update({(ev.node, ev.pci_bus_id) for ev in events if ev.gpu is None or ev.uuid is None})
+        rep.events += store.write_events(events)
+    rep.identities += len(identities)
+    # identity learnt in this file (announcements, wherever they stand in it) applies to its events
+    _fill_from_announcements(store, mark, lacking)
     if "unknown" in rep.nodes and opts.node is None:
         rep.notes.append("no host name in the file: stored as node 'unknown' (give --node)")
     parts = []
@@ -78,6 +90,33 @@ def _kernel_records(
     if rep.untimed:
         parts.append(f"{rep.untimed} with no time in the line")
     rep.time_source = "; ".join(parts) if parts else None
+
+
+def _chunks(records: Iterable[KernelRecord], node: str, source: str) -> Iterator[KernelBatch]:
+    """The file's records as events, at most EVENTS_PER_CHUNK events and announcements a batch. An SXid is converted
+    the moment the collector's `_settled` lets it go, as `kernel_events` over the whole file would: its
+    follow-on lines, folded into it by the parser meanwhile, are in it then and no later ones."""
+    pending: list[KernelRecord] = []
+    out = KernelBatch()
+
+    def convert() -> None:
+        b = kernel_events(pending, node, source)
+        out.events.extend(b.events)
+        out.announced.extend(b.announced)
+        out.boot_relative += b.boot_relative
+        out.untimed += b.untimed
+        pending.clear()
+
+    for rec in _settled(records):
+        pending.append(rec)
+        full = len(pending) + len(out.events) + len(out.announced) >= EVENTS_PER_CHUNK
+        if rec.kind == "sxid" or full:
+            convert()
+        if full:  # each record is at most one event or announcement: a batch holds at most EVENTS_PER_CHUNK
+            yield out
+            out = KernelBatch()
+    convert()
+    yield out
 
 
 def _wall_kind(rep: FileReport) -> str:
@@ -179,16 +218,14 @@ def _decoded_records(
             yield rec
 
 
-def _fill_from_announcements(events: list[Event], store: Store) -> None:
-    if not events:
+def _fill_from_announcements(store: Store, mark: int, lacking: set[tuple[str, str | None]]) -> None:
+    """The GPU index and UUID the store knows by (node, PCI id), given to this file's events (rowid above
+    `mark`) that lack them."""
+    if not lacking:
         return
+    lacking = {(n, canonical_pci_bus_id(p)) for n, p in lacking}  # the store's form
     known = {
         (r["node"], r["pci_bus_id"]): (r["gpu"], r["uuid"])
         for r in store.query("SELECT node, pci_bus_id, gpu, uuid FROM gpus WHERE pci_bus_id IS NOT NULL")
     }
-    for i, ev in enumerate(events):
-        hit = known.get((ev.node, canonical_pci_bus_id(ev.pci_bus_id)))  # the store's form
-        if hit and (ev.gpu is None or ev.uuid is None):
-            events[i] = dataclasses.replace(
-                ev, gpu=ev.gpu if ev.gpu is not None else hit[0], uuid=ev.uuid or hit[1]
-            )
+    store.fill_event_identity(mark, [(n, p, g, u) for (n, p), (g, u) in known.items() if (n, p) in lacking])

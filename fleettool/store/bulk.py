@@ -56,6 +56,29 @@ class BulkWrites(Connection):
             raise raised[0]
         return int(rows[0][0]) if rows else 0
 
+    def events_mark(self) -> int:
+        """The highest rowid of `events` now (-1 when empty): rows written after it, in this transaction or
+        later, have higher ones (DuckDB numbers a transaction's own rows above every stored row)."""
+        return int(self.scalar("SELECT coalesce(max(rowid), -1) FROM events"))
+
+    def fill_event_identity(
+        self, after: int, known: Iterable[tuple[str, str, int | None, str | None]]
+    ) -> None:
+        """Give the events written after rowid `after` that lack a GPU index or UUID those of their (node, PCI id)
+        in `known` (node, pci_bus_id, gpu, uuid): what a file's own announcement lines tell about its events,
+        applied once the whole file is read. An event's own index or UUID is kept."""
+        rows = list(known)
+        if not rows:
+            return
+        self.con.execute(
+            """UPDATE events SET gpu = coalesce(events.gpu, k.gpu), uuid = coalesce(events.uuid, k.uuid)
+               FROM (SELECT unnest($1) AS node, unnest($2) AS pci_bus_id, unnest($3) AS gpu,
+                            unnest($4) AS uuid) k
+               WHERE events.rowid > $5 AND events.node = k.node AND events.pci_bus_id = k.pci_bus_id
+                 AND (events.gpu IS NULL OR events.uuid IS NULL)""",
+            [[r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], [r[3] for r in rows], after],
+        ).fetchall()
+
     @contextlib.contextmanager
     def memory_bound(self, limit: str) -> Iterator[None]:
         """DuckDB's buffer pool held to `limit` (e.g. '160MB') for the block, then set back. Blocks a
