@@ -122,7 +122,7 @@ def fleet_alerts(
             clear_alerts(store)
             write_alerts(store, run_rules(store, load_rules()))
         rows = list_alerts(store, order=AlertOrder.TRIAGE)
-    # silences and acknowledgements are each agent's own and are not exported: the fleet's rows have none
+    # silences (exported for the incident fold) and acknowledgements are each agent's own: not applied here
     cols = (*LIST_COLUMNS, "pci_bus_id", "uuid")
     out = [with_iso({c: r[c] for c in cols}, "first_seen", "last_seen") for r in rows]
     gpu = ("gpu", lambda r: "-" if r["gpu"] is None else r["gpu"])
@@ -176,8 +176,18 @@ def fleet_incidents(
         raise die(f"{fleet}: cannot read the fleet location: {e}", ExitCode.STORE_ERROR) from None
     if where is not None and where.exists() and not where.is_dir():
         raise die(f"--cache {where}: not a directory", ExitCode.BAD_INPUT)
+
+    def judge(store: Store) -> None:  # the rules over every node's data replace the agents' alerts
+        from fleettool.engine.evaluate import evaluate as run_rules
+        from fleettool.engine.evaluate import write_alerts
+        from fleettool.engine.rules import load_rules
+        from fleettool.store.alerts import clear_alerts
+
+        clear_alerts(store)
+        write_alerts(store, run_rules(store, load_rules()))
+
     try:
-        store, rep = open_fleet_incidents(loc, cache=where, evaluate=evaluate)
+        store, rep = open_fleet_incidents(loc, cache=where, judge=judge if evaluate else None)
     except OSError as e:
         raise die(f"{fleet} (cache {where}): cannot read the fleet: {e}", ExitCode.STORE_ERROR) from None
     with store:

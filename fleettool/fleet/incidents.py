@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,27 +134,22 @@ def fold(store: Store, cache: Path | None = None) -> int:
 
 
 def open_fleet_incidents(
-    loc: Location, *, cache: Path | None = None, evaluate: bool = False
+    loc: Location, *, cache: Path | None = None, judge: Callable[[Store], object] | None = None
 ) -> tuple[Store, SyncReport | None]:
-    """The fleet as one store whose incidents tables hold the fleet-wide fold: of the agents' exported alerts, or
-    with evaluate=True of the alerts the rules give over every node's data. With a cache, only segments new
-    since the last run are read from the location."""
-    tables = (*SERIES, *SNAPSHOTS) if evaluate else FOLD_TABLES
+    """The fleet as one store whose incidents tables hold the fleet-wide fold: of the agents' exported alerts,
+    or, given `judge` (what replaces the store's alerts with the rules' over every node's data, from the CLI:
+    the engine sits above this layer), of the alerts it writes; then every table is read, into memory. With a
+    cache, only segments new since the last run are read from the location."""
+    tables = (*SERIES, *SNAPSHOTS) if judge is not None else FOLD_TABLES
     rep = None
     src: Location = loc
     if cache is not None:
         rep = sync(loc, cache, tables)
         src = open_location(str(cache / "segments"), create=True)
-    store = open_fleet(src, tables=tables, materialize=evaluate)
+    store = open_fleet(src, tables=tables, materialize=judge is not None)
     try:
-        if evaluate:
-            from fleettool.engine.evaluate import evaluate as run_rules
-            from fleettool.engine.evaluate import write_alerts
-            from fleettool.engine.rules import load_rules
-            from fleettool.store.alerts import clear_alerts
-
-            clear_alerts(store)
-            write_alerts(store, run_rules(store, load_rules()))
+        if judge is not None:
+            judge(store)
         fold(store, cache)
     except BaseException:
         store.close()
