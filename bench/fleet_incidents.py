@@ -35,9 +35,9 @@ import pyarrow.fs as pafs  # noqa: E402
 from fleettool.engine.evaluate import evaluate, write_alerts  # noqa: E402
 from fleettool.engine.rules import load_rules  # noqa: E402
 from fleettool.fleet import segments  # noqa: E402
-from fleettool.fleet.incidents import open_fleet_incidents  # noqa: E402
 from fleettool.fleet.location import open_location  # noqa: E402
 from fleettool.fleet.read import check_fleet  # noqa: E402
+from fleettool.incidents.fleet import open_fleet_incidents  # noqa: E402
 from fleettool.ingest.report import IngestOptions  # noqa: E402
 from fleettool.ingest.run import ingest  # noqa: E402
 from fleettool.store import Store  # noqa: E402

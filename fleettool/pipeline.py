@@ -31,6 +31,7 @@ from fleettool.store.alerts import list_alerts
 
 # what replay lists of each alert (text and --json)
 REPLAY_ALERT_FIELDS = (
+    "alert_id",
     "severity",
     "category",
     "node",

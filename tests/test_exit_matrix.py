@@ -79,6 +79,8 @@ READERS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("nccl",), ()),
     (("gpus",), ()),
     (("alerts",), ()),
+    (("incidents",), ()),
+    (("incidents", "show"), ("0123",)),
     (("silence", "list"), ()),
     (("baselines",), ()),
     (("report",), ()),
@@ -214,6 +216,23 @@ def _number_cases() -> Iterator[Case]:
     yield Case(("burnin",), ("--node", "{host}", "--tests", "gemm,nope"), USAGE, "--tests", "unknown test")
     yield Case(("tui",), ("--db", "{store}", "--refresh", "0"), USAGE, "--refresh", "--refresh 0")
     yield Case(("alerts",), ("--db", "{store}", "--state", "open"), USAGE, "--state", "--state not a state")
+    yield Case(
+        ("incidents",), ("--db", "{store}", "--state", "open"), USAGE, "--state", "--state not a state"
+    )
+    yield Case(
+        ("incidents", "show"),
+        ("0123", "--db", "{store}"),
+        BAD_INPUT,
+        "0123: no incident starts with that id in {store}",
+        "an incident id that is not there",
+    )
+    yield Case(
+        ("silence", "add"),
+        ("--db", "{store}", "--node", "n", "--start", "soon"),
+        USAGE,
+        "--start",
+        "--start not an ISO 8601 time",
+    )
     yield Case(("node",), ("gpu-17", "explode", "--db", "{store}"), USAGE, "explode", "unknown action")
 
 

@@ -239,3 +239,39 @@ def test_each_exporters_copy_of_a_job_and_of_topology_reads_as_one_row_the_newes
         topo = fl.query("SELECT node, key, value FROM node_topology")
     assert jobs == [{"job_id": "4711", "state": "COMPLETED", "e": 1_796_101_200.0}]
     assert topo == [{"node": "gpu-01", "key": "rack", "value": "rk07"}]
+
+
+def test_topology_given_to_the_fleet_command_folds_an_nvlink_domain_the_agents_did_not_know(
+    tmp_path: Path,
+) -> None:
+    from fleettool.tui.source import Source
+
+    nodes = [f"r06-{i:02d}" for i in range(1, 5)]
+    lines = {nodes[0]: [line(0, nodes[0], 0, 149)]}
+    for i, node in enumerate(nodes):
+        lines.setdefault(node, []).extend(
+            line(30 + i * 4 + g, node, g, 145) for g in range(4) if (i, g) != (0, 0)
+        )
+    dirs = _split(write(tmp_path / "rec", lines), tmp_path / "nodes")  # no topology beside the agents
+    loc = open_location(str(tmp_path / "fleet"))
+    for node, d in dirs.items():
+        with _agent(d, tmp_path / f"{node}.duckdb") as st:
+            segments.export(st, loc, node, NOW)
+    topo = tmp_path / "topology.conf"
+    topo.write_text("BlockName=r06 Nodes=r06-[01-04]\nBlockSizes=4\n")
+    fleet = str(tmp_path / "fleet")
+    bare, _ = _cli("fleet", "incidents", "--fleet", fleet, "--no-cache", "--json")
+    assert not any(i["scope"] == "nvlink-domain" for i in bare)
+    got, _ = _cli("fleet", "incidents", "--fleet", fleet, "--no-cache", "--topology", str(topo), "--json")
+    rooted = [(i["scope"], i["key"], i["nodes"], i["alerts"]) for i in got if i["root"]]
+    assert rooted == [("nvlink-domain", "r06", 4, 16)], got
+    # the TUI's fleet source, with its --topology hook: the same incident
+    from fleettool.cli.topology_opts import load_topology, topology_files
+    from fleettool.store.incidents import list_incidents
+
+    files = topology_files([topo], "topology.kubernetes.io/rack")
+    with Source(fleet=fleet, prepare=lambda st: load_topology(st, files, quiet=True)).open() as store:
+        tui = [
+            (r["scope"], r["key"], r["nodes"], r["alerts"]) for r in list_incidents(store) if r["root_alert"]
+        ]
+    assert tui == rooted

@@ -207,3 +207,38 @@ def test_incidents_state_filter_and_show(tmp_path: Path, state: str) -> None:
     if got:
         out = cli("incidents", "show", got[0]["id"][:6], "--db", db)
         assert "gpu-01 (root): 8 alerts" in out and "gpu-02: 8 alerts" in out
+
+
+def test_a_maintenance_window_given_as_a_silence_with_a_reason_never_pages(tmp_path: Path) -> None:
+    rec = write(
+        tmp_path / "rec", {"gpu-01": [line(0, "gpu-01", 0, 79)], "gpu-02": [line(7200, "gpu-02", 0, 79)]}
+    )
+    db = str(tmp_path / "m.duckdb")
+    Store(db).close()
+    # a window over gpu-01 from 02:30 for an hour, given (as a person would) before the replay
+    sid = CliRunner().invoke(
+        app,
+        [
+            "silence",
+            "add",
+            "--db",
+            db,
+            "--node",
+            "gpu-01",
+            "--start",
+            "2026-12-01T02:30:00Z",
+            "--for",
+            "1h",
+            "-m",
+            "rack rk07 firmware",
+        ],
+    )
+    assert sid.exit_code == 0, sid.output
+    with Store(db) as store:
+        ingest(store, rec, IngestOptions(quiet=True))
+        write_alerts(store, evaluate(store, RULES))
+        got = {r["root_node"]: r for r in list_incidents(store)}
+    assert got["gpu-01"]["page"] is False and any(b.startswith("planned:") for b in got["gpu-01"]["because"])
+    assert got["gpu-02"]["page"] is True  # after the window, on another node: pages
+    bad = CliRunner().invoke(app, ["silence", "add", "--db", db, "--node", "x", "--start", "yesterday"])
+    assert bad.exit_code == 2 and "--start" in bad.output

@@ -288,6 +288,7 @@ LAYERS: list[set[str]] = [
         "fleettool.reliability_plots",
         "fleettool.analytics",
     },
+    {"fleettool.incidents"},
     {"fleettool.engine"},
     {"fleettool.pipeline", "fleettool.burnin", "fleettool.lifecycle", "fleettool.export", "fleettool.views"},
     {"fleettool.agent"},

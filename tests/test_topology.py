@@ -19,6 +19,7 @@ from fleettool.formats.slurm_topology import parse_topology_conf
 from fleettool.formats.topology_csv import parse_topology_csv
 from fleettool.recording.identify import identify_bytes
 from fleettool.store.db import Store
+from fleettool.store.schema import SCHEMA_VERSION
 from fleettool.store.topology import list_jobs, node_topology
 from tests.conftest import FIXTURES, run_cli
 
@@ -320,7 +321,7 @@ def test_older_store_opens_with_the_new_tables(tmp_path: Path) -> None:
     with Store(path, read_only=True) as st:
         assert node_topology(st) == {} and list_jobs(st) == []
     with Store(path) as st:
-        assert st.scalar("SELECT value FROM meta WHERE key = 'schema_version'") == "6"
+        assert st.scalar("SELECT value FROM meta WHERE key = 'schema_version'") == str(SCHEMA_VERSION)
         assert st.scalar("SELECT count(*) FROM jobs") == 0
 
 
@@ -336,3 +337,89 @@ def test_strict_failure_keeps_the_topology_it_stored(tmp_path: Path, db: Path) -
     assert db.exists(), "the store with the topology just read was removed"
     with Store(db, read_only=True) as st:
         assert len(node_topology(st)) == 16
+
+
+# Real pod names, each from a public paste: JobSet (kubernetes-sigs/jobset#578), MPIJob v2 (kubeflow/mpi-operator
+# #670) and v1 (#297, katib#1750), PyTorchJob (kubeflow/katib#1112), KServe Deployments (the dcgm-exporter scrape
+# of NVIDIA/dcgm-exporter#512 in fixtures/samples/dcgm-exporter), a Deployment and a DaemonSet (mpi-operator#322).
+POD_NAMES = {
+    "network-jobset-leader-0-0-2qphg": "network-jobset",
+    "tensorflow-benchmarks-job1-launcher-k9r6m": "tensorflow-benchmarks-job1",
+    "tensorflow-benchmarks-job1-worker-0": "tensorflow-benchmarks-job1",
+    "tensorflow-benchmarks-job1-worker-1": "tensorflow-benchmarks-job1",
+    "tf2-keras-mnist-mpi-gpu-launcher-8jlf6": "tf2-keras-mnist-mpi-gpu",
+    "tf2-keras-mnist-mpi-gpu-worker-1": "tf2-keras-mnist-mpi-gpu",
+    "mpijob-horovod-7krst26m-launcher-7fndz": "mpijob-horovod-7krst26m",
+    "pytorchjob-example-82cjcqdz-master-0": "pytorchjob-example-82cjcqdz",
+    "pytorchjob-example-82cjcqdz-worker-1": "pytorchjob-example-82cjcqdz",
+    "pytorchjob-example-random-754f4df755-k8sv4": "pytorchjob-example-random",
+    "tts-predictor-00011-deployment-5554f75554-8j8pl": "tts-predictor-00011-deployment",
+    "text-embedding-predictor-00008-deployment-57946f6c67-vdtjl": "text-embedding-predictor-00008-deployment",
+    "coredns-74ff55c5b-9ftn6": "coredns",
+    "kindnet-7q2qb": "kindnet",
+    "web-0": "web",  # StatefulSet ordinal (Kubernetes docs' example)
+    "llama-finetune": "llama-finetune",  # a bare pod: its own workload
+}
+
+
+@pytest.mark.parametrize(("pod", "workload"), sorted(POD_NAMES.items()))
+def test_pod_workload_names(pod: str, workload: str) -> None:
+    from fleettool.store.topology import pod_workload
+
+    assert pod_workload(pod) == workload
+
+
+def _scrape(node: str, t_ms: int, pods: list[tuple[int, str, str]]) -> str:
+    """A dcgm-exporter scrape of `node` in the label shape of dcgm-exporter#512 (Hostname, pod, namespace)."""
+    lines = ["# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).", "# TYPE DCGM_FI_DEV_GPU_TEMP gauge"]
+    for gpu, ns, pod in pods:
+        lines.append(
+            f'DCGM_FI_DEV_GPU_TEMP{{gpu="{gpu}",UUID="GPU-58e8f5ea-13cc-013a-d88f-2bcf5ae8bc{gpu:02d}",'
+            f'pci_bus_id="00000000:{0x1A + gpu:02X}:00.0",device="nvidia{gpu}",modelName="NVIDIA H100 80GB HBM3",'
+            f'Hostname="{node}",DCGM_FI_DRIVER_VERSION="535.129.03",container="main",namespace="{ns}",'
+            f'pod="{pod}"}} 41 {t_ms}'
+        )
+    return "\n".join(lines) + "\n"
+
+
+def test_pod_jobs_from_dcgm_exporter_labels(tmp_path: Path, db: Path) -> None:
+    """Pods of one MPIJob on three nodes, a PyTorchJob on one, a KServe Deployment beside them: replayed as
+    dcgm-exporter scrapes, each workload is one job with the nodes its pods ran on, first and last seen."""
+    from fleettool.store.topology import job_rows, pod_jobs
+
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    t0 = 1796466000000  # 2026-12-05T09:00:00Z
+    mpi = "tensorflow-benchmarks-job1"
+    for i, (node, pods) in enumerate(
+        {
+            "gpu-01": [(0, "train", f"{mpi}-launcher-k9r6m"), (1, "train", f"{mpi}-worker-0")],
+            "gpu-02": [
+                (0, "train", f"{mpi}-worker-1"),
+                (1, "serve", "tts-predictor-00011-deployment-5554f75554-8j8pl"),
+            ],
+            "gpu-03": [(0, "train", f"{mpi}-worker-2"), (1, "exp", "pytorchjob-example-82cjcqdz-master-0")],
+        }.items()
+    ):
+        (rec / f"{node}-a.prom").write_text(_scrape(node, t0 + i * 60_000, pods))
+        (rec / f"{node}-b.prom").write_text(_scrape(node, t0 + 3_600_000 + i * 60_000, pods))
+    r = run_cli("replay", str(rec), "--db", str(db))
+    assert r.returncode == 0, r.stderr
+    with Store(db, read_only=True) as st:
+        jobs = {j.job_id: j for j in pod_jobs(st)}
+        both = job_rows(st)
+    assert sorted(jobs) == [
+        "exp/pytorchjob-example-82cjcqdz",
+        "serve/tts-predictor-00011-deployment",
+        f"train/{mpi}",
+    ]
+    j = jobs[f"train/{mpi}"]
+    assert (j.name, j.nodes, j.state_detail, j.source) == (
+        mpi,
+        ["gpu-01", "gpu-02", "gpu-03"],
+        "4 pods",
+        "dcgm-exporter pod labels",
+    )
+    assert (j.start, j.end) == (t0 / 1000, (t0 + 3_600_000 + 120_000) / 1000)
+    assert jobs["serve/tts-predictor-00011-deployment"].nodes == ["gpu-02"]
+    assert {x.job_id for x in both} == set(jobs)  # no Slurm jobs in this store: the pods' only

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +19,22 @@ class Source:
     wait on, a read-write connection in a process that has the same file open read-only, so an ack pressed
     while a refresh was reading used to fail."""
 
-    def __init__(self, db: Path | None = None, fleet: str | None = None) -> None:
+    def __init__(
+        self, db: Path | None = None, fleet: str | None = None, prepare: Callable[[Any], object] | None = None
+    ) -> None:
         self.db = db
         self.fleet = fleet
+        self.prepare = prepare  # run on each load's in-memory fleet store (tui --fleet --topology reads them)
         self._turn = threading.RLock()
 
     @contextlib.contextmanager
     def open(self) -> Iterator[Any]:
         with self._turn:
             if self.fleet:
-                from fleettool.fleet.incidents import open_fleet_folded
+                from fleettool.incidents.fleet import open_fleet_folded
 
                 # the fleet's incidents folded at open (every node's alerts with the exported topology and jobs)
-                with open_fleet_folded(self.fleet) as store:
+                with open_fleet_folded(self.fleet, prepare=self.prepare) as store:
                     yield store
                 return
             from fleettool.store import Store

@@ -22,6 +22,7 @@ from fleettool.store import Store, StoreDamaged, StoreError
 from fleettool.store.connection import is_damage, is_out_of_memory
 
 if TYPE_CHECKING:
+    from fleettool.agent.topology import TopologyRefresh
     from fleettool.engine.incremental import RuleScheduler
     from fleettool.pipeline import Pipeline
 
@@ -38,6 +39,7 @@ class Agent(Protocol):
     clock: Callable[[], float]
     _last_export: float
     _last_retention: float
+    topology: TopologyRefresh | None
 
     def log(self, msg: str) -> None: ...
 
@@ -153,6 +155,13 @@ def _after_write(
     """The rules, the export and retention after a committed write; the rules' failure, if they failed."""
     cfg = ag.cfg
     failed = None
+    if ag.topology is not None:  # before the rules: they judge with the topology as it is now
+        try:
+            ag.topology.store(store)
+        except Exception as e:  # a topology write that fails never costs the samples (committed above)
+            with contextlib.suppress(Exception):
+                store.rollback()
+            ag.log(f"storing topology failed: {_first_line(e)}")
     if ag.scheduler is not None:
         try:  # the pipeline rolls back a failed evaluation
             try:

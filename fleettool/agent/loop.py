@@ -29,6 +29,7 @@ from fleettool.agent import memory
 from fleettool.agent.config import SAMPLE_BYTES, AgentConfig, AgentStats, Buffer
 from fleettool.agent.dedup import XidDedup
 from fleettool.agent.flush import URGENT_EVENT_KINDS, due, flush_buffer
+from fleettool.agent.topology import TopologyRefresh
 from fleettool.agent.watchdog import CollectorRunner
 from fleettool.collectors.base import Collected, Collector
 from fleettool.collectors.registry import ReportsAvailability
@@ -61,8 +62,11 @@ class Agent:
         clock: Callable[[], float] = time.time,
         scheduler: RuleScheduler | None = None,
         mono: Callable[[], float] = time.monotonic,
+        topology: TopologyRefresh | None = None,
     ) -> None:
         self.cfg = cfg
+        # --topology files and the live sources (agent/topology.py): stored at each flush
+        self.topology = topology
         self.collectors = collectors
         self.runners = {c.id: CollectorRunner(c, cfg.watchdog_s) for c in collectors}
         self.sink = sink
@@ -140,6 +144,8 @@ class Agent:
                 continue
             self.log(msg + " (will retry)")
             self._event(now, msg, c.id)
+        if self.topology is not None:  # after the GPU source opened: its fabric info is read first thing
+            self.topology.start()
 
     def run(self) -> AgentStats:
         memory.limit_arenas()  # before the collectors' threads start
@@ -163,6 +169,8 @@ class Agent:
                     if self._urgent:
                         self.flush()
         finally:
+            if self.topology is not None:
+                self.topology.stop()
             ok = self.flush(final=True)
             if not ok:
                 self.stats.unsaved_rows = self.buf.rows()
@@ -273,6 +281,7 @@ class Agent:
                         Sample(
                             now, n, None, None, "agent_events_deduplicated_total", float(self.dedup.dropped)
                         ),
+                        *(self.topology.samples(now) if self.topology is not None else []),
                     ]
                 )
             )

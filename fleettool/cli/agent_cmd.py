@@ -12,6 +12,14 @@ import typer
 from fleettool.cli.common import DEFAULT_DB, die, hostname, open_store, parse_duration, parse_size_option
 from fleettool.cli.exit_codes import ExitCode
 from fleettool.cli.options import NoBuiltinRulesOpt, RulesOpt
+from fleettool.cli.topology_opts import (
+    DEFAULT_RACK_LABEL,
+    RackLabelOpt,
+    TopologyOpt,
+    agent_topology,
+    fake_fabric_from,
+    topology_files,
+)
 from fleettool.collectors import registry
 
 if TYPE_CHECKING:
@@ -193,6 +201,29 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="stop after this long (default: run until SIGTERM)")
         ] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+        topology: TopologyOpt = None,
+        rack_label: RackLabelOpt = DEFAULT_RACK_LABEL,
+        jobs_from: Annotated[
+            str | None,
+            typer.Option(
+                help="sacct: store this cluster's jobs from `sacct --parsable2 ... -S now-1hours -a` every 5 "
+                "minutes (needs sacct on PATH; a failing sacct is one warning line and counted, never fatal)"
+            ),
+        ] = None,
+        topology_from: Annotated[
+            str | None,
+            typer.Option(
+                help="kubectl: store the nodes' topology labels from `kubectl get nodes -o json` every "
+                "10 minutes (needs kubectl on PATH)"
+            ),
+        ] = None,
+        fake_fabric: Annotated[
+            Path | None,
+            typer.Option(
+                help="with --source fake: the NVLink fabric info the fake reports (a JSON file: "
+                "clusterUuid, cliqueId, state, status, as nvmlDeviceGetGpuFabricInfoV gives them)"
+            ),
+        ] = None,
     ) -> None:
         """Collect telemetry into the database until SIGTERM (which flushes first).
 
@@ -234,13 +265,19 @@ def register(app: typer.Typer) -> None:
             kmsg_resume=this_boot_resume(db, name) if kmsg != "off" and "kmsg" in selected else None,
         )
         collectors = _build(ccfg, selected)  # a --kmsg path that is missing is refused here
+        topo = agent_topology(
+            name, topology_files(topology, rack_label), jobs_from, topology_from, ccfg.gpu_source
+        )
+        if fake_fabric is not None:
+            fake_fabric_from(ccfg.gpu_source, fake_fabric)
         scheduler = None
         if not no_rules:
             from fleettool.cli.rules_cmd import _load
             from fleettool.engine.incremental import RuleScheduler
 
             scheduler = RuleScheduler(_load(rules, no_builtin_rules))
-        ag = Agent(cfg, collectors, scheduler=scheduler)
+        ag = Agent(cfg, collectors, scheduler=scheduler, topology=topo)
+        topo.log = ag.log
         web = _web_config(web_config_file)
         # before the port answers: a probe that passes means SIGTERM flushes and stops (a SIGTERM in the moment
         # between the port's first answer and the loop's start killed the agent unflushed, status -15)

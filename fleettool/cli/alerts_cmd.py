@@ -173,17 +173,25 @@ def silence_add(
     rule: Annotated[str | None, typer.Option(help="match this rule")] = None,
     category: Annotated[str | None, typer.Option(help="match this category")] = None,
     for_: Annotated[str, typer.Option("--for", help="how long")] = "2h",
+    start: Annotated[
+        str | None,
+        typer.Option(
+            help="when it starts, ISO 8601 (2026-12-01T02:00:00Z): a maintenance window ahead, or past"
+        ),
+    ] = None,
     who: WhoOpt = "",
     reason: ReasonOpt = "",
 ) -> None:
-    """Silence alerts matching every given matcher for a while (e.g. a node under maintenance).
+    """Silence alerts matching every given matcher for a while (e.g. a node under maintenance). A silence
+    with a reason is planned work: an incident it covers when the alert fires never pages.
 
     Example: fleettool silence add --node gpu-17 --for 6h -m "PSU swap"
     """
     from fleettool.engine.silences import add_silence
 
     now = time.time()
-    until = now + parse_duration(for_, "--for")
+    t0 = None if start is None else _iso_time(start)
+    until = (now if t0 is None else t0) + parse_duration(for_, "--for")
     with open_store(db, read_only=False, create=False) as store:
         try:
             sid = add_silence(
@@ -196,10 +204,24 @@ def silence_add(
                 gpu=gpu,
                 rule=rule,
                 category=category,
+                start=t0,
             )
         except ValueError as e:
             raise die(str(e), ExitCode.USAGE) from None
     print(sid)
+
+
+def _iso_time(v: str) -> float:
+    """An ISO 8601 time (naive = UTC) as unix seconds, or a usage error naming --start."""
+    import datetime as dt
+
+    try:
+        t = dt.datetime.fromisoformat(v.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{v!r} is not an ISO 8601 time (2026-12-01T02:00:00Z)", param_hint="--start"
+        ) from None
+    return (t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).timestamp()
 
 
 @silence_app.command("list")

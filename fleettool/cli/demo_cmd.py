@@ -21,7 +21,8 @@ def next_steps(db: Path) -> str:
     return (
         "next: open what it found in the dashboard:\n"
         f"  fleettool tui --db {q}\n"
-        f"or list it: fleettool alerts --db {q}, fleettool events --db {q}, fleettool gpus --db {q}"
+        f"or list it: fleettool incidents --db {q}, fleettool alerts --db {q}, fleettool events --db {q}, "
+        f"fleettool gpus --db {q}"
     )
 
 

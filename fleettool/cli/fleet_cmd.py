@@ -14,6 +14,14 @@ from fleettool.cli.common import DEFAULT_DB, die, hostname, open_store
 from fleettool.cli.exit_codes import ExitCode
 from fleettool.cli.options import FleetInsteadOpt, FleetOpt, FormatOpt, JsonOpt
 from fleettool.cli.output import emit, print_json, with_iso
+from fleettool.cli.topology_opts import (
+    DEFAULT_RACK_LABEL,
+    RackLabelOpt,
+    TopologyOpt,
+    load_topology,
+    say_topology,
+    topology_files,
+)
 
 if TYPE_CHECKING:
     from fleettool.store import Store
@@ -102,6 +110,8 @@ def fleet_alerts(
     ] = False,
     json_out: JsonOpt = False,
     fmt: FormatOpt = "table",
+    topology: TopologyOpt = None,
+    rack_label: RackLabelOpt = DEFAULT_RACK_LABEL,
 ) -> None:
     """Alerts of every node of a fleet location: the agents' own (exported), or with --evaluate the rules run
     over every node's segments at once (GPUs against the fleet baseline of their SKU, NCCL localisation across
@@ -114,10 +124,14 @@ def fleet_alerts(
     from fleettool.engine.rules import load_rules
     from fleettool.store.alerts import LIST_COLUMNS, AlertOrder, clear_alerts, list_alerts
 
+    files = topology_files(topology, rack_label)  # each readable, before the fleet is opened
     # the inventory beside the alerts: an alert names its GPU's PCI id and UUID as `alerts --json` does
     with open_fleet_or_die(
         fleet, materialize=evaluate, tables=None if evaluate else ("alerts", "gpus")
     ) as store:
+        if files.paths:  # beside the segments, in the fleet's in-memory store: the rules see it
+            load_topology(store, files)
+            say_topology(store)
         if evaluate:
             clear_alerts(store)
             write_alerts(store, run_rules(store, load_rules()))
@@ -148,6 +162,8 @@ def fleet_incidents(
     ] = None,
     json_out: JsonOpt = False,
     fmt: FormatOpt = "table",
+    topology: TopologyOpt = None,
+    rack_label: RackLabelOpt = DEFAULT_RACK_LABEL,
 ) -> None:
     """Incidents across the fleet, causes first: every node's alerts folded together with the topology, jobs,
     lifecycle and silences the agents export, so a fault that hit many nodes (a job crash, an NVLink domain, a
@@ -157,8 +173,9 @@ def fleet_incidents(
     Example: fleettool fleet incidents --fleet s3://gpu-fleet/segments --json
     """
     from fleettool.cli.incidents_view import emit_incidents, root_pci
-    from fleettool.fleet.incidents import default_cache, open_fleet_incidents
+    from fleettool.fleet.cache import default_cache
     from fleettool.fleet.read import FleetError, check_fleet
+    from fleettool.incidents.fleet import open_fleet_incidents
     from fleettool.incidents.model import incident_json
     from fleettool.store.alerts import ALERT_STATES
     from fleettool.store.incidents import list_incidents
@@ -167,6 +184,7 @@ def fleet_incidents(
         raise typer.BadParameter(
             f"{state!r} is not a state (one of {', '.join(ALERT_STATES)})", param_hint="--state"
         )
+    files = topology_files(topology, rack_label)  # each readable, before the fleet is opened
     where = None if no_cache else (cache or default_cache(fleet))
     try:
         loc = check_fleet(fleet)
@@ -187,7 +205,12 @@ def fleet_incidents(
         write_alerts(store, run_rules(store, load_rules()))
 
     try:
-        store, rep = open_fleet_incidents(loc, cache=where, judge=judge if evaluate else None)
+        store, rep = open_fleet_incidents(
+            loc,
+            cache=where,
+            prepare=(lambda st: load_topology(st, files)) if files.paths else None,  # beside the exported
+            judge=judge if evaluate else None,
+        )
     except OSError as e:
         raise die(f"{fleet} (cache {where}): cannot read the fleet: {e}", ExitCode.STORE_ERROR) from None
     with store:
@@ -207,6 +230,8 @@ def register_tui(app: typer.Typer) -> None:
         ] = DEFAULT_DB,
         fleet: FleetInsteadOpt = None,
         refresh: Annotated[float, typer.Option(min=0.1, help="seconds between refreshes")] = 10.0,
+        topology: TopologyOpt = None,
+        rack_label: RackLabelOpt = DEFAULT_RACK_LABEL,
     ) -> None:
         """The triage dashboard: alerts worst first; Enter opens the evidence (series around the alert, its
         events, NCCL runs, burn-ins) beside its runbook; a acknowledges, s silences the node, r resolves, f
@@ -215,12 +240,15 @@ def register_tui(app: typer.Typer) -> None:
         Example: fleettool tui --db /var/lib/fleettool/fleet.duckdb
         """
         # what the dashboard will read is checked before the screen takes over the terminal
+        files = topology_files(topology, rack_label)
         if fleet:
-            open_fleet_or_die(fleet, tables=("alerts",)).close()
+            with open_fleet_or_die(fleet, tables=("alerts",)) as store:
+                load_topology(store, files)  # said once here; each reload of the fleet reads them again
         else:
-            with open_store(db, read_only=True):
-                pass
+            with open_store(db, read_only=not files.paths, create=False) as store:  # --topology: into it
+                load_topology(store, files)
         from fleettool.tui.app import FleetTui
         from fleettool.tui.source import Source
 
-        FleetTui(Source(db=db, fleet=fleet), refresh_s=refresh).run()
+        prepare = (lambda store: load_topology(store, files, quiet=True)) if fleet and files.paths else None
+        FleetTui(Source(db=db, fleet=fleet, prepare=prepare), refresh_s=refresh).run()

@@ -23,6 +23,7 @@ from fleettool.cli.common import DEFAULT_DB, die, open_store, parse_size_option
 from fleettool.cli.exit_codes import ExitCode
 from fleettool.cli.options import NoBuiltinRulesOpt, RulesOpt
 from fleettool.cli.output import with_iso
+from fleettool.cli.topology_opts import DEFAULT_RACK_LABEL, RackLabelOpt, TopologyOpt, topology_files
 
 
 def parse_at(text: str) -> float:
@@ -85,7 +86,7 @@ def _replay(
     max_bytes: int | None = None,
     as_agent: tuple[tuple[float, float], ...] | None = None,
     no_builtin_rules: bool = False,
-    topology: tuple[list[Path], str] = ([], "topology.kubernetes.io/rack"),
+    topology: tuple[list[Path], str] = ([], DEFAULT_RACK_LABEL),
 ) -> None:
     from fleettool.cli.rules_cmd import _load
     from fleettool.ingest.report import IngestOptions
@@ -93,9 +94,9 @@ def _replay(
     from fleettool.recording.files import MAX_BYTES
     from fleettool.report import render_text, summarize
 
-    for p in (src, *topology[0]):
-        if not p.exists():
-            raise die(f"{p}: no such file or directory", ExitCode.BAD_INPUT)
+    if not src.exists():
+        raise die(f"{src}: no such file or directory", ExitCode.BAD_INPUT)
+    topology_files(*topology)  # each --topology file readable, else exit 3 naming it
     rules = _load(rules_paths, no_builtin_rules)  # the built-in set plus --rules; exit 3 naming a bad file
     opts = IngestOptions(
         node=node,
@@ -141,6 +142,7 @@ def _replay_into(
     as_agent: tuple[tuple[float, float], ...] | None = None,
     topology: list[Path] | None = None,
 ) -> None:
+    from fleettool.cli.replay_triage import member_ids, print_triage, replay_incidents
     from fleettool.ingest.read_topology import ingest_topology, summary_lines
     from fleettool.pipeline import replay
 
@@ -169,6 +171,7 @@ def _replay_into(
                 ExitCode.BAD_INPUT,
             )
         summaries = summarize(store)
+        incidents, members = replay_incidents(store), member_ids(store)
     read, failed, skipped, partial, alerts = res.read, res.failed, res.skipped, res.partial, res.alerts
     if as_json:
         out = {
@@ -186,6 +189,7 @@ def _replay_into(
                 }
                 for s in summaries
             ],
+            "incidents": incidents,
             "alerts": [with_iso(a, "first_seen", "last_seen") for a in alerts],
             "topology": topo_lines,
         }
@@ -215,17 +219,7 @@ def _replay_into(
         print("\n".join(["", *topo_lines]) if topo_lines else "")
         print(render_text(summaries))
         print()
-        if not alerts:
-            print("alerts: none")
-        else:
-            print(f"alerts ({len(alerts)}):")
-            for a in alerts:
-                gpu = "-" if a["gpu"] is None else a["gpu"]
-                print(
-                    f"  {a['severity']:8s} {a['category']:10s} {a['node']} gpu {gpu}  {a['action']:16s} "
-                    f"{a['summary']}"
-                )
-                print(f"  {'':8s} {_when(a)}; runbook: {a['runbook']}")
+        print_triage(incidents, alerts, members, str(db), _when)
     _nothing_from(src, read, res.seen)
     if failed and not strict:
         raise typer.Exit(int(ExitCode.BAD_INPUT))  # each failure was named on stderr as it happened
@@ -342,16 +336,8 @@ def register(app: typer.Typer) -> None:
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="do not list skipped lines")] = False,
         rules: RulesOpt = None,
         no_builtin_rules: NoBuiltinRulesOpt = False,
-        topology: Annotated[
-            list[Path] | None,
-            typer.Option(
-                help="a topology or jobs file to read as well (repeatable): Slurm topology.conf, sacct "
-                "--parsable2, kubectl get nodes -o json, a node,rack,nvlink_domain,leaf CSV"
-            ),
-        ] = None,
-        rack_label: Annotated[str, typer.Option(help="the Kubernetes node label naming the rack")] = (
-            "topology.kubernetes.io/rack"
-        ),
+        topology: TopologyOpt = None,
+        rack_label: RackLabelOpt = DEFAULT_RACK_LABEL,
         as_agent: Annotated[
             bool,
             typer.Option(

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from fleettool.cli.common import DEFAULT_DB, die, open_store
+from fleettool.cli.common import die
 from fleettool.cli.exit_codes import ExitCode
-from fleettool.cli.options import DbOpt, FormatOpt, JsonOpt, NoBuiltinRulesOpt, RulesOpt
+from fleettool.cli.options import FormatOpt, JsonOpt, NoBuiltinRulesOpt, RulesOpt
 from fleettool.cli.output import emit, print_json
 
 if TYPE_CHECKING:
@@ -240,8 +240,15 @@ def _url(value: str) -> str:
 @rules_app.command()
 def export(
     prometheus: Annotated[
-        bool, typer.Option("--prometheus", help="Prometheus alerting rules (the only format)")
+        bool, typer.Option("--prometheus", help="Prometheus alerting rules (the default)")
     ] = True,
+    alertmanager: Annotated[
+        bool, typer.Option("--alertmanager", help="instead, an alertmanager.yml folding their alerts")
+    ] = False,
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", help="with --alertmanager: KEY=LABEL, KEY one of job, rack, nvlink_domain"),
+    ] = None,
     rules: RulesOpt = None,
     no_builtin: NoBuiltinRulesOpt = False,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="write here instead of stdout")] = None,
@@ -289,21 +296,20 @@ def export(
     DIR/rules-under-test.yml, the same rules with each {{ $value }} of the annotations read VALUE), and
     DIR/NOT-EXPRESSIBLE.txt: the cases PromQL cannot express, each with the reason.
 
+    --alertmanager writes an Alertmanager config instead: routes grouping by job, rack and NVLink domain (labels
+    hpc_job, rack, nvlink_domain unless --label renames them) and inhibit rules by which a root mutes its symptoms.
+
     Example: fleettool rules export --prometheus --names dcgm -o dcgm-rules.yml --tests promtool-tests/
     """
     from fleettool.engine.promql import LABEL_NAME, build
 
     if not LABEL_NAME.fullmatch(node_label):
         raise die(f"--node-label {node_label!r}: not a Prometheus label name", ExitCode.USAGE)
+    if alertmanager:
+        return _alertmanager(out, label, node_label, names, tests)
     rs = _load(rules, no_builtin)
     ex = build(rs, names, runbook_base, node_label)
-    if out:
-        try:
-            out.write_text(ex.text)
-        except OSError as e:
-            raise die(f"{out}: cannot write: {e.strerror or e}", ExitCode.BAD_INPUT) from None
-    else:
-        sys.stdout.write(ex.text)
+    _write(out, ex.text)
     if ex.skipped:
         print(
             f"note: {len(ex.skipped)} rules have no PromQL form over the {names} names (fleettool evaluates them; "
@@ -312,6 +318,37 @@ def export(
         )
     if tests is not None:
         _write_tests(rs, names, runbook_base, tests, test_source, node_label)
+
+
+def _alertmanager(
+    out: Path | None, specs: list[str] | None, node: str, names: str, tests: Path | None
+) -> None:
+    from fleettool.engine.alertmanager import parse_labels, render
+
+    if tests is not None:
+        raise die(
+            "--tests: promtool tests are of the Prometheus rules, not of --alertmanager", ExitCode.USAGE
+        )
+    try:
+        labels = parse_labels(specs, node)
+    except ValueError as e:
+        raise die(f"--label {e}", ExitCode.USAGE) from None
+    _write(out, render(labels))
+    if names != "fleettool":
+        print(
+            f"note: over --names {names} an XID alert has no code label: the XID inhibitions match none",
+            file=sys.stderr,
+        )
+
+
+def _write(out: Path | None, text: str) -> None:
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text)
+    except OSError as e:
+        raise die(f"{out}: cannot write: {e.strerror or e}", ExitCode.BAD_INPUT) from None
 
 
 def _write_tests(
@@ -356,26 +393,6 @@ def register(app: typer.Typer) -> None:
 
 
 def register_baselines(app: typer.Typer) -> None:
-    @app.command()
-    def baselines(
-        db: DbOpt = DEFAULT_DB,
-        update: Annotated[bool, typer.Option("--update", help="recompute from the store and save")] = False,
-        json_out: JsonOpt = False,
-        fmt: FormatOpt = "table",
-    ) -> None:
-        """Fleet baselines per (SKU, driver): median and MAD of loaded clocks, tensor activity, power, NCCL
-        busbw and burn-in figures. --update recomputes them from the store.
+    from fleettool.cli.baselines_cmd import register as register_baselines_cmd
 
-        Example: fleettool baselines --db fleet.duckdb --update --json
-        """
-        import time
-
-        from fleettool.engine.baselines import compute
-        from fleettool.store.baselines import list_baselines, save
-
-        with open_store(db, read_only=not update, create=False) as store:
-            if update:
-                bs = compute(store)
-                save(store, bs, time.time())
-            rows = list_baselines(store)
-        emit(rows, ["model", "driver", "metric", "key", "median", "mad", "n"], as_json=json_out, fmt=fmt)
+    register_baselines_cmd(app)

@@ -35,16 +35,30 @@ def add_silence(
     gpu: int | None = None,
     rule: str | None = None,
     category: str | None = None,
+    start: float | None = None,
 ) -> str:
-    """Store a silence from `now` to `until`; returns its id."""
+    """Store a silence from `now` (or `start`: a maintenance window given ahead, or one already past, as a
+    recording's) to `until`; returns its id."""
     if not any(v is not None for v in (node, gpu, rule, category)):
         raise ValueError("a silence needs at least one matcher (--node, --gpu, --rule or --category)")
-    if until <= now:
+    if start is None and until <= now:
         raise ValueError("a silence must end in the future")
+    if start is not None and until <= start:
+        raise ValueError("a silence must end after it starts")
     sid = secrets.token_hex(6)
     insert_silence(
         store,
-        Silence(sid, now, until, who, reason, node=node, gpu=gpu, rule=rule, category=category),
+        Silence(
+            sid,
+            now if start is None else start,
+            until,
+            who,
+            reason,
+            node=node,
+            gpu=gpu,
+            rule=rule,
+            category=category,
+        ),
     )
     return sid
 

@@ -71,6 +71,7 @@ def _files(loc: Location, table: str) -> list[str]:
 _ONE_PER = {
     "node_topology": ("node, key", "updated DESC NULLS LAST"),
     "jobs": ("job_id, start_time", "end_time IS NULL, end_time DESC, state"),
+    "silences": ("silence_id", "created DESC NULLS LAST"),
 }
 
 
@@ -108,5 +109,8 @@ def open_fleet(
         # as an agent's store is: every rule filters on one metric and DuckDB's zone maps then skip the rest
         order = "metric, node, gpu" if table in ("samples", "samples_1m") else ""
         src = _one_per_key(table, src, have)
-        attach(store, table, src, have=have, copy=table == "alerts" or materialize, order_by=order)
+        # the alerts and the small snapshots are copied in: the fold writes beside them, and topology files
+        # given to a fleet command are added to the exported topology and jobs
+        copy = table in ("alerts", *_ONE_PER, "node_audit") or materialize
+        attach(store, table, src, have=have, copy=copy, order_by=order)
     return store

@@ -14,6 +14,7 @@ the first cause.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -58,7 +59,19 @@ class _Index:
                 self.by_code[c].append(a)
             if a.hardware:
                 self.hardware_by_node[a.node].append(a)
+        for hw in self.hardware_by_node.values():
+            hw.sort(key=lambda a: a.first_seen)
+        self._hw_starts = {n: [a.first_seen for a in hw] for n, hw in self.hardware_by_node.items()}
         self.ctx = ctx
+
+    def hardware_before(self, node: str, t: float, within: float) -> list[AlertView]:
+        """Hardware faults of `node` that started at most `within` before `t` (or SKEW_S after it)."""
+        starts = self._hw_starts.get(node)
+        if not starts:
+            return []
+        lo = bisect.bisect_left(starts, t - within)
+        hi = bisect.bisect_right(starts, t + SKEW_S)
+        return self.hardware_by_node[node][lo:hi]
 
 
 def _best(cands: Iterable[tuple[tuple[float, ...], AlertView, str, str]]) -> Link | None:
@@ -104,8 +117,8 @@ def _teardown(a: AlertView, ix: _Index) -> Link | None:
     if not a.teardown_only:
         return None
     cands = []
-    for r in ix.hardware_by_node[a.node]:
-        if r is not a and _after(a.first_seen, r.first_seen, TEARDOWN_S):
+    for r in ix.hardware_before(a.node, a.first_seen, TEARDOWN_S):
+        if r is not a:
             why = (
                 f"XID {a.xid} on {_where(a)} {_ago(a.first_seen - r.first_seen)} after "
                 f"{_fault(r)} on {_gpu(r)} of the same node"
@@ -115,8 +128,8 @@ def _teardown(a: AlertView, ix: _Index) -> Link | None:
         for peer in job.nodes:
             if peer == a.node:
                 continue
-            for r in ix.hardware_by_node.get(peer, ()):
-                if _after(a.first_seen, r.first_seen, TEARDOWN_S) and ix.ctx.jobs_of(r.node, r.first_seen):
+            for r in ix.hardware_before(peer, a.first_seen, TEARDOWN_S):
+                if job in ix.ctx.jobs_of(r.node, r.first_seen):
                     why = (
                         f"job {job.job_id}: XID {a.xid} on {_where(a)} {_ago(a.first_seen - r.first_seen)} "
                         f"after {_fault(r)} on {_where(r)}"

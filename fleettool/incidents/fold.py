@@ -106,7 +106,9 @@ def _rooted(root: AlertView, members: list[tuple[AlertView, str, str]], ctx: Con
         f"; {len(members)} symptoms on {nodes} nodes folded under it" if members else ""
     )
     return IncidentRecord(
-        incident_id=_id(scope, key, root.alert_id),
+        incident_id=_id(
+            "root", None, root.alert_id
+        ),  # the same id while its symptoms arrive and its scope grows
         scope=scope,
         key=key,
         state=_state(alerts),
@@ -176,13 +178,10 @@ def fold_incidents(alerts: list[AlertView], ctx: Context) -> list[IncidentRecord
         for r, ms in members.items()
     ]
     free = [a for a in alerts if a.alert_id not in links and a.alert_id not in members]
-    teardown = [a for a in free if a.teardown_only]
-    rest = [a for a in free if not a.teardown_only]
-    groups = teardown_groups(teardown, ctx)
-    soft = [a for a in rest if not a.hardware]
-    got, soft = topology_groups(soft, ctx)
+    groups, loose = teardown_groups([a for a in free if a.teardown_only], ctx)
+    got, rest = topology_groups(loose + [a for a in free if not a.teardown_only], ctx)
     groups += got
-    got, soft = driver_groups(soft, ctx)
+    got, soft = driver_groups([a for a in rest if not a.hardware], ctx)
     groups += got
     got, left = time_groups(soft + [a for a in rest if a.hardware])
     groups += got

@@ -13,7 +13,7 @@ from fleettool.incidents.model import PLANNED_STATES, AlertView, Context, Job
 from fleettool.store import Store
 from fleettool.store.incidents import alerts_to_fold, lifecycle_history, node_drivers, silence_windows
 from fleettool.store.silences import MATCHERS, annotate
-from fleettool.store.topology import list_jobs, node_topology
+from fleettool.store.topology import job_rows, node_topology
 
 
 def _codes(evidence: dict[str, Any], a: AlertView) -> None:
@@ -85,12 +85,12 @@ def alert_views(store: Store, now: float | None = None) -> list[AlertView]:
 
 
 def context(store: Store) -> Context:
-    """The store's topology, jobs and drivers."""
-    jobs = [
-        Job(j["job_id"], frozenset(j["nodes"] or ()), j["start_time"], j["end_time"])
-        for j in list_jobs(store)
-    ]
-    return Context(topology=node_topology(store), jobs=jobs, drivers=node_drivers(store))
+    """The store's topology, jobs (Slurm's, and the workloads of dcgm-exporter's pod labels) and drivers."""
+    jobs = [Job(j.job_id, frozenset(j.nodes), j.start, j.end) for j in job_rows(store)]
+    topo = node_topology(store)
+    drivers = {n: t["driver"] for n, t in topo.items() if t.get("driver")}  # the agent's own NVML reading
+    drivers.update(node_drivers(store))  # else, and over it, what the GPU inventory last reported
+    return Context(topology=topo, jobs=jobs, drivers=drivers)
 
 
 def load(store: Store, now: float | None = None) -> tuple[list[AlertView], Context]:

@@ -3,6 +3,7 @@ jobs and drivers) and the JSON every consumer of an incident gets (`incident_jso
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,9 @@ from fleettool.model import canonical_pci_bus_id
 # bucket): never a root of their own when a hardware fault explains them, one informational incident when none does
 TEARDOWN_XIDS = frozenset({13, 31, 43, 45})
 HARDWARE_ACTIONS = frozenset({"reset-gpu", "reboot-node", "inspect-hardware"})
+# categories whose faults are a part's own (heat, power, a slow node or a failed burn-in may have a cause
+# outside the GPU: a rack's cooling, a leaf switch, a job)
+HARDWARE_CATEGORIES = frozenset({"xid", "ecc", "row-remap", "gpu-lost", "pcie", "nvlink"})
 PLANNED_STATES = frozenset({"cordoned", "in-repair", "burn-in", "rma"})  # lifecycle states a person set
 
 
@@ -48,15 +52,25 @@ class AlertView:
         return min(self.codes, key=lambda c: (self.codes[c], c)) if self.codes else None
 
     @property
+    def finding(self) -> str:
+        """What the alert found, as folds compare it: its rule, and its XID for a rule of many XIDs."""
+        return f"{self.rule} (XID {self.xid})" if self.xid is not None else self.rule
+
+    @property
     def teardown_only(self) -> bool:
         """Every XID of the alert is a teardown XID (and it has one)."""
         return bool(self.codes) and set(self.codes) <= TEARDOWN_XIDS
 
     @property
     def hardware(self) -> bool:
-        """A fault of the hardware: its judged action resets, reboots or inspects, it is not only teardown
-        XIDs, and it was not raised there by repeats alone."""
-        return self.action in HARDWARE_ACTIONS and not self.teardown_only and not self.escalated
+        """A fault of the part itself: a category of HARDWARE_CATEGORIES whose judged action resets, reboots or
+        inspects, not only teardown XIDs, and not raised there by repeats alone."""
+        return (
+            self.category in HARDWARE_CATEGORIES
+            and self.action in HARDWARE_ACTIONS
+            and not self.teardown_only
+            and not self.escalated
+        )
 
 
 @dataclass
@@ -75,6 +89,9 @@ class Context:
     topology: dict[str, dict[str, str]] = field(default_factory=dict)
     jobs: list[Job] = field(default_factory=list)
     drivers: dict[str, str] = field(default_factory=dict)
+    _by_node: dict[str, tuple[list[float], list[Job], float, list[Job]]] | None = field(
+        default=None, repr=False
+    )
 
     def domain(self, node: str) -> str | None:
         t = self.topology.get(node, {})
@@ -83,13 +100,36 @@ class Context:
     def jobs_of(self, node: str, t: float, slack: float = 300.0) -> list[Job]:
         """Jobs that ran on `node` at `t` (or ended at most `slack` seconds before: a teardown follows the
         job's end)."""
-        return [
+        if self._by_node is None:
+            self._index_jobs()
+        assert self._by_node is not None
+        idx = self._by_node.get(node)
+        if idx is None:
+            return []
+        starts, jobs, longest, open_ = idx
+        lo = bisect.bisect_left(starts, t - longest - slack)
+        hi = bisect.bisect_right(starts, t + slack)
+        got = [j for j in jobs[lo:hi] if j.end is not None and t <= j.end + slack]
+        got += [
             j
-            for j in self.jobs
-            if node in j.nodes
-            and (j.start is None or j.start - slack <= t)
-            and (j.end is None or t <= j.end + slack)
+            for j in open_
+            if (j.start is None or j.start - slack <= t) and (j.end is None or t <= j.end + slack)
         ]
+        return got
+
+    def _index_jobs(self) -> None:
+        """Per node: the jobs with a start and an end sorted by start (with the longest's duration, so a lookup
+        reads only those that can cover a time), and the others (no start or still running)."""
+        timed: dict[str, list[Job]] = {}
+        open_: dict[str, list[Job]] = {}
+        for j in self.jobs:
+            for n in j.nodes:
+                (timed if j.start is not None and j.end is not None else open_).setdefault(n, []).append(j)
+        self._by_node = {}
+        for n in set(timed) | set(open_):
+            js = sorted(timed.get(n, []), key=lambda j: j.start or 0.0)
+            longest = max(((j.end or 0.0) - (j.start or 0.0) for j in js), default=0.0)
+            self._by_node[n] = ([j.start or 0.0 for j in js], js, longest, open_.get(n, []))
 
 
 def _iso(t: float | None) -> str | None:

@@ -1,11 +1,13 @@
 """Folding by where and when, for alerts no cause explains (after causal.py):
 
-  - teardown: XIDs 13/31/43/45 with no hardware root, one informational incident per job (else per burst);
+  - teardown: XIDs 13/31/43/45 with no hardware root on a job's nodes, one incident per job (those of no known
+    job fold as below); a group of teardown XIDs alone is informational and never pages;
   - topology: the same rule on k of n nodes of a rack, NVLink domain or IB leaf (k >= 2 and k >= n/2, n the
-    nodes the topology places there) within WINDOW_S, or on several GPUs of one node;
+    nodes the topology places there) within WINDOW_S, or on several GPUs of one node (k >= 3 for hardware
+    faults: that many parts failing together in one place share a cause);
   - driver: the same rule on at least 3 nodes of one driver version and on no node of another version;
   - time: a burst of one category on at least 3 nodes, each within WINDOW_S of the one before.
-Hardware faults (AlertView.hardware) fold only by time, and only with hardware faults of other nodes that start
+Otherwise hardware faults (AlertView.hardware) fold by time only with hardware faults of other nodes that start
 within SAME_MINUTE_S: two independent hardware faults keep their own incidents.
 """
 
@@ -41,7 +43,11 @@ class Group:
     key: str | None
     alerts: list[AlertView]
     because: list[str] = field(default_factory=list)
-    teardown: bool = False
+
+    @property
+    def teardown(self) -> bool:
+        """Every alert is only teardown XIDs: informational, never pages, sends no GPU anywhere."""
+        return all(a.teardown_only for a in self.alerts)
 
 
 def _nodes(alerts: list[AlertView]) -> set[str]:
@@ -64,9 +70,9 @@ def _span(alerts: list[AlertView]) -> str:
     return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f} min"
 
 
-def teardown_groups(alerts: list[AlertView], ctx: Context) -> list[Group]:
-    """Teardown XIDs no hardware fault explains: one incident per job that ran where they fired, else per
-    burst."""
+def teardown_groups(alerts: list[AlertView], ctx: Context) -> tuple[list[Group], list[AlertView]]:
+    """Teardown XIDs no hardware fault explains, on the nodes of a job while it ran: one incident per job; and
+    those of no known job (folded further like any other alert)."""
     by_job: dict[str, list[AlertView]] = defaultdict(list)
     loose: list[AlertView] = []
     for a in alerts:
@@ -82,17 +88,8 @@ def teardown_groups(alerts: list[AlertView], ctx: Context) -> list[Group]:
             f"job {job}: XID {', '.join(map(str, xids))} on {len(_nodes(got))} nodes, {len(got)} GPUs within "
             f"{_span(got)} and no hardware fault: a job's teardown, not a fault of its GPUs"
         )
-        out.append(Group("job", job, got, [why], teardown=True))
-    for chain in _chains(loose, BURST_S):
-        xids = sorted({c for a in chain for c in a.codes})
-        n = len(_nodes(chain))
-        scope = "node" if n == 1 else "fleet"
-        why = (
-            f"XID {', '.join(map(str, xids))} on {n} node{'s' * (n > 1)}, {len(chain)} GPUs within "
-            f"{_span(chain)} and no hardware fault: an application's fault or teardown"
-        )
-        out.append(Group(scope, chain[0].node if n == 1 else None, chain, [why], teardown=True))
-    return out
+        out.append(Group("job", job, got, [why]))
+    return out, loose
 
 
 def _scope_value(ctx: Context, node: str, scope: str) -> str | None:
@@ -111,7 +108,7 @@ def topology_groups(alerts: list[AlertView], ctx: Context) -> tuple[list[Group],
     left: list[AlertView] = []
     by_rule: dict[str, list[AlertView]] = defaultdict(list)
     for a in alerts:
-        by_rule[a.rule].append(a)
+        by_rule[a.finding].append(a)
     for rule, got in sorted(by_rule.items()):
         rest = got
         for scope in SCOPE_ORDER.get(got[0].category, DEFAULT_ORDER):
@@ -119,6 +116,11 @@ def topology_groups(alerts: list[AlertView], ctx: Context) -> tuple[list[Group],
         rest = _fold_node(rule, rest, out)
         left.extend(rest)
     return out, left
+
+
+def _least(chain: list[AlertView]) -> int:
+    """How many nodes (or GPUs of a node) make a spread: 2, or 3 where a hardware fault is among them."""
+    return 3 if any(a.hardware for a in chain) else 2
 
 
 def _fold_scope(
@@ -133,7 +135,7 @@ def _fold_scope(
         n = _members_of(ctx, scope, value)
         for chain in _chains(got, WINDOW_S):
             k = len(_nodes(chain))
-            if k >= 2 and 2 * k >= n:
+            if k >= _least(chain) and 2 * k >= n:
                 why = f"{k} of {n} nodes of {scope} {value} with {rule} within {_span(chain)}"
                 out.append(Group(scope, value, chain, [why]))
             else:
@@ -148,8 +150,8 @@ def _fold_node(rule: str, alerts: list[AlertView], out: list[Group]) -> list[Ale
     rest: list[AlertView] = []
     for node, got in sorted(by_node.items()):
         for chain in _chains(got, WINDOW_S):
-            gpus = {a.gpu for a in chain}
-            if len(gpus) >= 2:
+            gpus = {a.gpu if a.gpu is not None else a.pci_bus_id for a in chain}
+            if len(gpus) >= _least(chain):
                 why = f"{len(gpus)} GPUs of node {node} with {rule} within {_span(chain)}"
                 out.append(Group("node", node, chain, [why]))
             else:
@@ -167,7 +169,7 @@ def driver_groups(alerts: list[AlertView], ctx: Context) -> tuple[list[Group], l
     left: list[AlertView] = []
     by_rule: dict[str, list[AlertView]] = defaultdict(list)
     for a in alerts:
-        by_rule[a.rule].append(a)
+        by_rule[a.finding].append(a)
     for rule, got in sorted(by_rule.items()):
         by_ver: dict[str | None, list[AlertView]] = defaultdict(list)
         for a in got:

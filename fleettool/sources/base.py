@@ -179,3 +179,55 @@ class GpuSource(Protocol):
     def inflight(self) -> str | None:
         """The call in progress, for the watchdog's report ('nvmlDeviceGetTotalEnergyConsumption(gpu 3)')."""
         ...
+
+
+# nvmlGpuFabricState_t (nvml.h): the GPU's registration with the NVLink fabric
+FABRIC_STATES = {0: "not-supported", 1: "not-started", 2: "in-progress", 3: "completed"}
+FABRIC_COMPLETED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class FabricInfo:
+    """What nvmlDeviceGetGpuFabricInfoV says of a GPU's NVLink fabric (multi-node NVLink: GB200 NVL72 and
+    later): the cluster UUID and clique ID of its NVLink domain, the probe `state` (FABRIC_STATES) and the
+    probe's error `status` (an NVML return code, 0 success; to be read only once the state is completed).
+
+    A GPU outside such a fabric answers with state 0 (not supported) and an all-zero UUID: an H100 80GB HBM3
+    on driver 580.159.04 does so (the call succeeds; it raises nothing). Some H100s report state completed
+    with an all-zero UUID (meta-pytorch/torchcomms#1385): no domain either."""
+
+    cluster_uuid: str  # 32 hex digits as NVML gives the 16 bytes; `uuid` prints it 8-4-4-4-12
+    clique_id: int
+    state: int
+    status: int = 0
+
+    @property
+    def uuid(self) -> str:
+        h = self.cluster_uuid.lower()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}" if len(h) == 32 else h
+
+    @property
+    def domain(self) -> str | None:
+        """The NVLink domain: the cluster UUID, 8-4-4-4-12, or None: the probe is not completed, it failed, or
+        the UUID is all zeros. The same value as the kubectl reader's `nvlink_domain` for this node."""
+        if self.state != FABRIC_COMPLETED or self.status != 0 or not self.cluster_uuid.strip("0-"):
+            return None
+        return self.uuid
+
+    @property
+    def clique(self) -> str | None:
+        """`<clusterUuid>.<cliqueId>`, as GPU Feature Discovery writes the node label nvidia.com/gpu.clique (a
+        clique is a partition of the domain: NCCL treats two GPUs as NVLink peers only when both match)."""
+        return None if self.domain is None else f"{self.uuid}.{self.clique_id}"
+
+    @property
+    def state_name(self) -> str:
+        name = FABRIC_STATES.get(self.state, f"state {self.state}")
+        return f"{name} (status {self.status})" if self.state == FABRIC_COMPLETED and self.status else name
+
+
+@runtime_checkable
+class FabricReader(Protocol):
+    """A GPU source that can read a GPU's fabric info (raises NotSupported, SourceError like any read)."""
+
+    def fabric_info(self, index: int) -> FabricInfo: ...

@@ -17,12 +17,12 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleettool.sources.base import (
     READS,
     DeviceInfo,
+    FabricInfo,
     GpuEventNotice,
     GpuLost,
     GpuProcess,
@@ -32,72 +32,10 @@ from fleettool.sources.base import (
     SourceUnavailable,
 )
 from fleettool.sources.fake_costs import READ_COST_US
+from fleettool.sources.fake_inject import BUSY_MEMORY_BYTES, KINDS, Injection, parse_injection
 from fleettool.sources.nvml_events import EventQueue, EventWaiter
 
-__all__ = ["READ_COST_US", "FakeSource", "Injection", "parse_injection"]
-
-
-@dataclass
-class Injection:
-    """One fault: kind, the GPU it hits (None = all), when it starts (seconds after the source opens)."""
-
-    kind: str
-    gpu: int | None = None
-    after_s: float = 0.0
-    code: int | None = None
-    read: str | None = None
-    hold_s: float | None = None  # hang: how long the read hangs (None: until release_hangs()); lost: how long
-    count: int | None = None  # error: how many reads fail (None: every one)
-    fired: bool = field(default=False, compare=False)
-    raised: int = field(default=0, compare=False)
-
-
-KINDS = {
-    "xid": "an XID through the event API (xid:79 loses the GPU)",
-    "thermal": "SW+HW thermal slowdown, 92 C, clocks down",
-    "power-brake": "HW slowdown + power brake (0x88), clocks down",
-    "dbe": "a double-bit ECC error with a pending row remap (XID 48 and 63)",
-    "remap-failure": "a failed row remap (XID 64)",
-    "pcie-width": "PCIe link trained at x8",
-    "nvlink-crc": "NVLink CRC flit errors at 500/s on link 0",
-    "lost": "the GPU stops answering (GPU_IS_LOST; for=30s: answers again after that; after=0: lost at start)",
-    "missing-gpu": "the node sees one GPU fewer",
-    "hang": "a read does not return (read=NAME, default energy; for=20s: returns after that, once)",
-    "error": "a read fails with an NVML error (error:CODE, default 999 UNKNOWN; read=NAME, default power; "
-    "count=N: the first N reads only)",
-    "busy": "another process holds a compute context on the GPU (busy:PID), as NVML's process list shows",
-}
-BUSY_MEMORY_BYTES = 512 << 20  # what the fake reports a busy:PID process to hold
-
-
-def parse_injection(spec: str) -> Injection:
-    """'xid:79@gpu=3,after=10' -> Injection. Raises ValueError with the accepted kinds."""
-    head, _, tail = spec.partition("@")
-    kind, _, code = head.partition(":")
-    kind = kind.strip()
-    if kind not in KINDS:
-        raise ValueError(f"unknown fault {kind!r}; known: {', '.join(sorted(KINDS))}")
-    inj = Injection(kind=kind, code=int(code) if code else None)
-    for part in filter(None, tail.split(",")):
-        k, _, v = part.partition("=")
-        k = k.strip()
-        if k == "gpu":
-            inj.gpu = int(v)
-        elif k == "after":
-            inj.after_s = float(v.rstrip("s"))
-        elif k == "read":
-            if v not in READS:
-                raise ValueError(f"unknown read {v!r}; known: {', '.join(READS)}")
-            inj.read = v
-        elif k == "for":
-            inj.hold_s = float(v.rstrip("s"))
-        elif k == "count":
-            inj.count = int(v)
-        else:
-            raise ValueError(f"unknown option {k!r} in {spec!r} (gpu=, after=, read=, for=, count=)")
-    if kind in ("xid", "busy") and inj.code is None:
-        raise ValueError("xid needs a code: xid:79" if kind == "xid" else "busy needs a PID: busy:4242")
-    return inj
+__all__ = ["KINDS", "READ_COST_US", "FakeSource", "Injection", "parse_injection"]
 
 
 NVML_ERRORS = {
@@ -169,8 +107,12 @@ class FakeSource:
         inject: list[Injection] | None = None,
         costs: bool = False,
         clock: float | None = None,
+        fabric: FabricInfo | int | None = None,
     ) -> None:
         self.n = gpus
+        # what fabric_info answers: recorded fabric info, an NVML error code to fail with, or (None) what a
+        # GPU outside an NVLink fabric answers (a real H100 80GB HBM3, driver 580.159.04: state 0, UUID zeros)
+        self.fabric = FabricInfo("0" * 32, 0, 0, 0) if fabric is None else fabric
         self.recording = recording or DEFAULT_RECORDING
         self.inject = inject or []
         self.costs = costs
@@ -218,6 +160,11 @@ class FakeSource:
 
     def driver_version(self) -> str | None:
         return self._info.get("driver", "580.159.04")
+
+    def fabric_info(self, index: int) -> FabricInfo:
+        if isinstance(self.fabric, int):
+            raise _nvml_error(f"nvmlDeviceGetGpuFabricInfoV(gpu {index})", self.fabric)
+        return self.fabric
 
     def _active(self, now: float, gpu: int | None = None) -> list[Injection]:
         t = now - (self._t0 or now)

@@ -16,6 +16,7 @@ from typing import Any
 
 from fleettool.sources.base import (
     DeviceInfo,
+    FabricInfo,
     GpuEventNotice,
     GpuLost,
     GpuProcess,
@@ -25,6 +26,7 @@ from fleettool.sources.base import (
     SourceUnavailable,
 )
 from fleettool.sources.nvml_events import EventQueue, EventWaiter, nvml_wait, register_events
+from fleettool.sources.nvml_fabric import read_fabric
 
 # NVML return codes (nvml.h)
 _NOT_SUPPORTED = {3, 13}  # NOT_SUPPORTED, FUNCTION_NOT_FOUND
@@ -352,6 +354,11 @@ class NvmlSource:
         if not rows:
             raise NotSupported(f"limits(gpu {i}): none supported")
         return rows
+
+    def fabric_info(self, index: int) -> FabricInfo:
+        if self._nv is None:
+            raise SourceUnavailable("NVML is not open")
+        return read_fabric(self._nv, self._call, index, self._h(index))
 
     # -- processes ----------------------------------------------------------------------------------------
     def running_processes(self, index: int, now: float) -> list[GpuProcess]:

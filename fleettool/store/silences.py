@@ -73,8 +73,11 @@ def end_silence(store: Store, silence_id: str, at: float) -> bool:
 
 
 def active_silences(store: Store, now: float) -> list[dict[str, Any]]:
-    """Every silence still in force at `now` (rows of `silences`), the soonest to end first."""
-    return store.query("SELECT * FROM silences WHERE until > ? ORDER BY until", [db_time(now)])
+    """Every silence in force at `now` (rows of `silences`: started, not yet ended), the soonest to end first."""
+    return store.query(
+        "SELECT * FROM silences WHERE until > ? AND (created IS NULL OR created <= ?) ORDER BY until",
+        [db_time(now), db_time(now)],
+    )
 
 
 def insert_ack(store: Store, ack: AlertAck) -> None:
