@@ -140,7 +140,10 @@ def test_fleet_incidents_over_s3_equal_a_whole_replay_and_read_only_new_segments
         ("job", "4711", ("gpu-01", None, "00000000:18:00.0", 79), 4, 32, 32, True, "critical", "firing")
     ]
     assert second[0]["id"] == first[0]["id"]  # the same incident, grown
-    # nothing new: nothing read, the same incidents
+    # an agent exporting again with nothing new rewrites nothing, and nothing is read
+    with Store(str(tmp_path / "gpu-01.duckdb")) as st:
+        again = segments.export(st, open_location(URL), "gpu-01", NOW)
+    assert again.segments == 0, again
     third, err = _cli("fleet", "incidents", "--fleet", URL, "--cache", str(cache), "--json")
     assert "read 0 of " in err and third == second
     # --evaluate folds the alerts the rules give over every node's data: the same incident

@@ -5,8 +5,10 @@ Layout: <root>/<table>/date=YYYY-MM-DD/node=<node>/<table>-<node>-<YYYYMMDDTHH>.
 <table>-<node>-<YYYYMMDD>-day.parquet per node replaces its hourly segments. Snapshots of state that changes
 (alerts, gpus, nccl runs and rows, burn-in results, and what the fleet's incident fold reads beside the alerts:
 node topology, jobs, the lifecycle's audit trail, silences): <root>/<table>/exporter=<who>/<table>-<who>.parquet,
-replaced whole at each export. A silence is its agent's own: one that matches any node is exported once per node of
-the exporting store (its alerts' and GPUs' nodes), so fleet-wide it still covers that store's nodes only. A node or exporter name is percent-encoded in paths (`gpu 1` -> `gpu%201`,
+replaced whole at an export when its rows changed since the last (a count and a hash of every row, in meta key
+`exported-snapshot:<table>:<who>:<url>`) or it is missing there. A silence is its agent's own: one that matches
+any node is exported once per node of the exporting store (its alerts' and GPUs' nodes), so fleet-wide it still
+covers that store's nodes only. A node or exporter name is percent-encoded in paths (`gpu 1` -> `gpu%201`,
 `gpu/1` -> `gpu%2F1`, `gpu_1` stays): distinct names give distinct segments, and DuckDB's hive reader decodes
 them back.
 
@@ -243,8 +245,15 @@ def export(
                 continue
             path = loc.path(table, f"exporter={who}", f"{table}-{who}.parquet")
             sql = _SILENCES_SQL if table == "silences" else f"SELECT * FROM {table}"
+            # a snapshot is written only when it changed (rows and their content) or is missing there, so a
+            # reader that keeps what it read (fleet incidents' cache) reads it again only when it changed
+            done = f"exported-snapshot:{table}:{who}:{loc.url}"
+            stamp = "{}:{}".format(*store.rows(f"SELECT count(*), sum(hash(q)) FROM ({sql}) q")[0])
+            if get_meta(store, done) == stamp and loc.fs.get_file_info(path).type == pafs.FileType.File:
+                continue
             rows, size = write_segment(loc, path, _batches(store, sql, []))
             rep.add(table, rows, size, series=False)
+            set_meta(store, done, stamp)
     except UploadLeftOpen as e:
         left = json.loads(get_meta(store, _open_key(loc)) or "[]")
         set_meta(store, _open_key(loc), json.dumps([*left, e.key]))
