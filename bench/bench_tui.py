@@ -66,7 +66,7 @@ async def measure(db: Path, alerts: int) -> dict[str, float]:
     from fleettool.tui.screens import FleetScreen
     from fleettool.tui.source import Source
 
-    app = FleetTui(Source(db=db), refresh_s=600)
+    app = FleetTui(Source(db=db), refresh_s=600, first="alerts")
     t0 = time.perf_counter()
     async with app.run_test(size=(180, 50)) as pilot:
         table = app.query_one("#alerts", DataTable)

@@ -78,7 +78,7 @@ def test_tui_alert_detail_names_the_same_gpu(db: Path) -> None:
     seen: dict[str, str] = {}
 
     async def go() -> None:
-        app = FleetTui(Source(db=db), refresh_s=60)
+        app = FleetTui(Source(db=db), refresh_s=60, first="alerts")
         async with app.run_test(size=(160, 48)) as pilot:
             table = app.query_one("#alerts", DataTable)
             for _ in range(100):

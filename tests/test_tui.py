@@ -4,6 +4,7 @@ keys acknowledge and silence (written to the store), the fleet grid, the filter,
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 
@@ -39,7 +40,7 @@ def test_alerts_detail_and_runbook(db: Path) -> None:
     from fleettool.tui.source import Source
 
     async def go() -> None:
-        app = FleetTui(Source(db=db), refresh_s=60)
+        app = FleetTui(Source(db=db), refresh_s=60, first="alerts")
         async with app.run_test(size=(160, 48)) as pilot:
             table = app.query_one("#alerts", DataTable)
             await _settle(pilot, lambda: table.row_count == 2)
@@ -70,7 +71,7 @@ def test_keys_ack_and_silence_write_to_the_store(db: Path) -> None:
     from fleettool.tui.source import Source
 
     async def go() -> None:
-        app = FleetTui(Source(db=db), refresh_s=60)
+        app = FleetTui(Source(db=db), refresh_s=60, first="alerts")
         async with app.run_test(size=(160, 48)) as pilot:
             table = app.query_one("#alerts", DataTable)
             await _settle(pilot, lambda: table.row_count == 2)
@@ -95,7 +96,7 @@ def test_fleet_grid_filter_and_help(db: Path) -> None:
     from fleettool.tui.source import Source
 
     async def go() -> None:
-        app = FleetTui(Source(db=db), refresh_s=60)
+        app = FleetTui(Source(db=db), refresh_s=60, first="alerts")
         async with app.run_test(size=(160, 48)) as pilot:
             table = app.query_one("#alerts", DataTable)
             await _settle(pilot, lambda: table.row_count == 2)
@@ -136,7 +137,7 @@ def test_node_screen_and_lifecycle_keys(db: Path) -> None:
     from fleettool.tui.source import Source
 
     async def go() -> None:
-        app = FleetTui(Source(db=db), refresh_s=60)
+        app = FleetTui(Source(db=db), refresh_s=60, first="alerts")
         async with app.run_test(size=(160, 48)) as pilot:
             table = app.query_one("#alerts", DataTable)
             await _settle(pilot, lambda: table.row_count == 2)
@@ -197,7 +198,9 @@ def test_screenshot(tmp_path: Path, snap_compare) -> None:  # type: ignore[no-un
         await pilot.pause(0.2)
 
     assert snap_compare(
-        FleetTui(Source(db=db), refresh_s=600, clock=False), terminal_size=(140, 20), run_before=settle
+        FleetTui(Source(db=db), refresh_s=600, clock=False, first="alerts"),
+        terminal_size=(140, 20),
+        run_before=settle,
     )
 
 
@@ -216,15 +219,24 @@ def test_real_terminal_under_tmux(db: Path, tmp_path: Path) -> None:
         [tmux, "-S", sock, "new-session", "-d", "-x", "160", "-y", "40", exe, "tui", "--db", str(db)],
         check=True,
     )
-    try:
+
+    def capture(until: str) -> str:
         screen = ""
         for _ in range(100):
             time.sleep(0.2)
             screen = subprocess.run(
                 [tmux, "-S", sock, "capture-pane", "-p"], capture_output=True, text=True
             ).stdout
-            if "gpu-12" in screen and "critical" in screen:
+            if re.search(until, screen):
                 break
+        return screen
+
+    try:
+        # it opens on the incidents (the list, or the note that the store has none), the alerts one key away
+        screen = capture(r"\d+ incidents?, \d+ open|No incidents in this store")
+        assert re.search(r"\d+ incidents?, \d+ open|No incidents in this store", screen), screen
+        subprocess.run([tmux, "-S", sock, "send-keys", "l"], check=True)
+        screen = capture("gpu-12(.|\n)*thermal")
         assert "gpu-12" in screen and "critical" in screen and "thermal" in screen, screen
         subprocess.run([tmux, "-S", sock, "send-keys", "q"], check=True)
     finally:
@@ -244,7 +256,7 @@ def test_stats_screen_and_fleet_filter(tmp_path: Path) -> None:
     cli = run_cli("report", "--db", str(db)).stdout.splitlines()
 
     async def go() -> None:
-        app = FleetTui(Source(db=db), refresh_s=60)
+        app = FleetTui(Source(db=db), refresh_s=60, first="alerts")
         async with app.run_test(size=(160, 48)) as pilot:
             await _settle(pilot, lambda: app.query_one("#alerts", DataTable).row_count == 2)
             await pilot.press("t")
@@ -291,7 +303,7 @@ def test_resolve_key_and_grid_sort(tmp_path: Path) -> None:
         assert run_cli("replay", str(SCENARIOS / sc), "--db", str(db), "-q").returncode == 0
 
     async def go() -> None:
-        app = FleetTui(Source(db=db), refresh_s=60)
+        app = FleetTui(Source(db=db), refresh_s=60, first="alerts")
         async with app.run_test(size=(160, 48)) as pilot:
             await _settle(pilot, lambda: app.query_one("#alerts", DataTable).row_count == 1)
             await pilot.press("r", "y")
@@ -326,7 +338,7 @@ def test_a_failing_worker_shows_its_error_and_the_app_stays_up(db: Path) -> None
     source = Flaky(db=db)
 
     async def go() -> None:
-        app = FleetTui(source, refresh_s=60)
+        app = FleetTui(source, refresh_s=60, first="alerts")
         async with app.run_test(size=(160, 48)) as pilot:
             table = app.query_one("#alerts", DataTable)
             await _settle(pilot, lambda: table.row_count == 2)
@@ -392,7 +404,7 @@ def test_at_80_by_24_the_alert_list_leaves_the_summary_readable(db: Path) -> Non
     from fleettool.tui.source import Source
 
     async def go() -> None:
-        app = FleetTui(Source(db=db), refresh_s=60)
+        app = FleetTui(Source(db=db), refresh_s=60, first="alerts")
         async with app.run_test(size=(80, 24)) as pilot:
             table = app.query_one("#alerts", DataTable)
             await _settle(pilot, lambda: table.row_count == 2)

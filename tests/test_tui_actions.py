@@ -48,7 +48,9 @@ def test_ack_after_a_refresh_acts_on_the_alert_selected(db: Path) -> None:
     seen: dict[str, str] = {}
 
     async def go() -> None:
-        app = FleetTui(Source(db=db), refresh_s=0.3)  # a refresh every 0.3 s: several happen below
+        app = FleetTui(
+            Source(db=db), refresh_s=0.3, first="alerts"
+        )  # a refresh every 0.3 s: several happen below
         async with app.run_test(size=(160, 48)) as pilot:
             table = app.query_one("#alerts", DataTable)
             await _settle(pilot, lambda: table.row_count == 3)
@@ -84,7 +86,7 @@ def test_keys_typed_in_a_burst_act_on_the_row_they_reach(db: Path) -> None:
     seen: dict[str, str] = {}
 
     async def go() -> None:
-        app = FleetTui(Source(db=db), refresh_s=60)
+        app = FleetTui(Source(db=db), refresh_s=60, first="alerts")
         async with app.run_test(size=(160, 48)) as pilot:
             table = app.query_one("#alerts", DataTable)
             await _settle(pilot, lambda: table.row_count == 3)
@@ -110,7 +112,7 @@ def test_a_cancelled_action_writes_nothing_and_esc_from_evidence_keeps_the_selec
     lost = _alert_id(db, "gpu-21")
 
     async def go() -> None:
-        app = FleetTui(Source(db=db), refresh_s=0.3)
+        app = FleetTui(Source(db=db), refresh_s=0.3, first="alerts")
         async with app.run_test(size=(160, 48)) as pilot:
             table = app.query_one("#alerts", DataTable)
             await _settle(pilot, lambda: table.row_count == 3)

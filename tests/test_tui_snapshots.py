@@ -49,7 +49,7 @@ def _app(db: Path) -> Any:
     from fleettool.tui.app import FleetTui
     from fleettool.tui.source import Source
 
-    return FleetTui(Source(db=db), refresh_s=600, clock=False)
+    return FleetTui(Source(db=db), refresh_s=600, clock=False, first="alerts")
 
 
 def _list_loaded(pilot: Any) -> Awaitable[None]:

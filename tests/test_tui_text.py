@@ -124,7 +124,7 @@ def _app(db: Path) -> Any:
     from fleettool.tui.app import FleetTui
     from fleettool.tui.source import Source
 
-    return FleetTui(Source(db=db), refresh_s=60, clock=False)
+    return FleetTui(Source(db=db), refresh_s=60, clock=False, first="alerts")
 
 
 SIZE = (260, 50)  # wide enough that no column is scrolled out of view
@@ -276,7 +276,7 @@ def test_an_error_naming_data_is_shown_as_typed(db: Path) -> None:
     source = Failing(db=db)
 
     async def go() -> str:
-        app = FleetTui(source, refresh_s=60, clock=False)
+        app = FleetTui(source, refresh_s=60, clock=False, first="alerts")
         async with app.run_test(size=SIZE) as pilot:
             await _settle(pilot, lambda: app.query_one("#alerts", DataTable).row_count == 2)
             source.broken = True

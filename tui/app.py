@@ -1,6 +1,7 @@
-"""`fleettool tui`: alerts -> evidence -> runbook -> action, keyboard first.
+"""`fleettool tui`: incidents -> alerts -> evidence -> runbook -> action, keyboard first.
 
-FleetTui is the alert list and its actions (acknowledge, silence, resolve, filter); the other screens live in
+FleetTui is the alert list and its actions (acknowledge, silence, resolve, filter); it opens with the incidents
+(root first) on top of it, l there shows the list, i here the incidents again. The other screens live in
 fleettool.tui.screens, and their keys come from its SCREENS registry. All database work runs in thread workers
 that post past-tense messages (fleettool.tui.messages); the UI thread only renders, and a worker that raises
 is shown by the one handler in fleettool.tui.errors. The store is opened read-only for each load, so the agent
@@ -45,7 +46,7 @@ ACTIONS = {
 HELP_AFTER_SCREENS = [
     ("/", "filter by text (node, rule, category, severity); in the fleet grid also SKU and state; o sorts"),
     ("F5", "refresh now (also every 10 s)"),
-    ("Esc", "back"),
+    ("Esc", "back (in the alert list: every alert again)"),
     ("q", "quit"),
 ]
 
@@ -62,15 +63,22 @@ class FleetTui(ShowsWorkerErrors, App[None]):
         Binding("r", "resolve", "resolve"),
         Binding("slash", "filter", "filter"),
         Binding("f5", "refresh", "refresh"),
+        Binding("escape", "show_all", "all alerts", show=False),
     ]
 
-    def __init__(self, source: Source, refresh_s: float = 10.0, clock: bool = True) -> None:
+    def __init__(
+        self, source: Source, refresh_s: float = 10.0, clock: bool = True, first: str = "incidents"
+    ) -> None:
         super().__init__()
         self.source = source
         self.refresh_s = refresh_s
         self.clock = clock  # False for reproducible screenshots
+        self.first = first  # "incidents": the incidents screen opens on top of the alert list; "alerts": not
         self.rows: list[dict[str, Any]] = []
         self.filter_text = ""
+        # l on an incident: the list shows only its alerts (ids), named by `only_label`; Esc shows them all
+        self.only_ids: frozenset[str] | None = None
+        self.only_label = ""
         # the alert the cursor is on, by id: a refresh, a filter or a return from another screen puts the
         # cursor back on it (or, when it is gone, on the row where it was), never on row 0 by default
         self.selected_id: str | None = None
@@ -89,13 +97,19 @@ class FleetTui(ShowsWorkerErrors, App[None]):
         self.load_alerts()
         self.set_interval(self.refresh_s, self.load_alerts)
         t.focus()
+        if self.first == "incidents":
+            self.push_screen(SCREENS["incidents"].screen())
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="alerts", description="loading the alerts")
     def load_alerts(self) -> None:
+        from fleettool.store.incidents import incident_of_alerts
         from fleettool.views import alerts
 
         with self.source.open() as store:
             rows = alerts(store)
+            of = incident_of_alerts(store)
+        for r in rows:  # as `alerts --json` names them
+            r["incident"], r["incident_role"] = of.get(r["alert_id"], (None, None))
         self.post_message(AlertsLoaded(rows))
 
     def on_alerts_loaded(self, msg: AlertsLoaded) -> None:
@@ -104,11 +118,14 @@ class FleetTui(ShowsWorkerErrors, App[None]):
 
     def visible_rows(self) -> list[dict[str, Any]]:
         f = self.filter_text.lower()
+        rows = (
+            self.rows if self.only_ids is None else [r for r in self.rows if r["alert_id"] in self.only_ids]
+        )
         if not f:
-            return self.rows
+            return rows
         return [
             r
-            for r in self.rows
+            for r in rows
             if f
             in " ".join(
                 str(r.get(k, "")) for k in ("node", "rule", "category", "severity", "summary")
@@ -127,7 +144,8 @@ class FleetTui(ShowsWorkerErrors, App[None]):
             r["action"],
             r["state"],
             note,
-            r["summary"],
+            # a symptom counted under its incident's root is marked, as in the `alerts` table
+            ("↳ " if r.get("incident_role") == "member" else "") + r["summary"],
         )
 
     def render_rows(self) -> None:
@@ -157,6 +175,8 @@ class FleetTui(ShowsWorkerErrors, App[None]):
         firing = sum(1 for r in vis if r["state"] == "firing")
         n = len(vis)
         shown = f"{n} alert{'' if n == 1 else 's'}"
+        if self.only_ids is not None:
+            shown += f" of {self.only_label} (Esc: all {len(self.rows)})"
         if self.filter_text:
             shown += f" of {len(self.rows)} match {self.filter_text!r}"
         src = self.source.fleet or (self.source.db.name if self.source.db else "")
@@ -189,6 +209,19 @@ class FleetTui(ShowsWorkerErrors, App[None]):
         rows = [(nav.key, nav.help) for nav in SCREENS.values()]
         self.push_screen(HelpScreen([*HELP_BEFORE_SCREENS, *rows, *HELP_AFTER_SCREENS]))
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """On a screen that shows no alert (the incidents, one incident: `shows_alerts = False`), the list's keys
+        that act on the selected alert, filter it or open a screen of it are off, and so is `i` itself: a key
+        must never act on an alert the screen does not show."""
+        if getattr(self.screen, "shows_alerts", True):
+            return True
+        if action in ("ack", "silence", "resolve", "filter"):
+            return False
+        if action == "open_screen" and parameters:
+            nav = SCREENS.get(str(parameters[0]))
+            return nav is not None and nav.of_alert is None and parameters[0] != "incidents"
+        return True
+
     def action_open_screen(self, name: str) -> None:
         """A SCREENS key: push its screen, built from the selected alert's field when it names one."""
         nav = SCREENS[name]
@@ -201,6 +234,24 @@ class FleetTui(ShowsWorkerErrors, App[None]):
 
     def action_refresh(self) -> None:
         self.load_alerts()
+
+    def show_alerts(self, ids: set[str] | None, label: str = "") -> None:
+        """Back to the alert list (every screen above it closed): only the alerts `ids` (named `label` in the
+        status line), or, with None, every alert."""
+        while len(self.screen_stack) > 1:
+            self.pop_screen()
+        self.only_ids = None if ids is None else frozenset(ids)
+        self.only_label = label
+        self.render_rows()
+        self.query_one("#alerts", DataTable).focus()
+
+    def action_show_all(self) -> None:
+        """Esc in the alert list: drop the incident restriction and the text filter."""
+        if self.only_ids is None and not self.filter_text:
+            return
+        self.filter_text = ""
+        self.query_one("#filter", Input).display = False
+        self.show_alerts(None)
 
     def action_filter(self) -> None:
         box = self.query_one("#filter", Input)

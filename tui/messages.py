@@ -48,3 +48,23 @@ class StatsLoaded(Message):
     def __init__(self, rep: dict[str, Any]) -> None:
         super().__init__()
         self.rep = rep
+
+
+class IncidentsLoaded(Message):
+    """The incidents, root first (fleettool.store.incidents.list_incidents), and how many alerts the store has
+    (what the alert list one key away holds)."""
+
+    def __init__(self, rows: list[dict[str, Any]], alerts: int) -> None:
+        super().__init__()
+        self.rows = rows
+        self.alerts = alerts
+
+
+class IncidentLoaded(Message):
+    """One incident (None when it is gone) and its member alerts, the root first
+    (fleettool.store.incidents.incident_members)."""
+
+    def __init__(self, incident: dict[str, Any] | None, members: list[dict[str, Any]]) -> None:
+        super().__init__()
+        self.incident = incident
+        self.members = members

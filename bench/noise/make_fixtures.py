@@ -271,7 +271,12 @@ def teardown_storm(out: Path, rng: random.Random) -> dict[str, Any]:
         "xid_lines": xids,
         "roots": [],
         "expect": [
-            {"scope": "job", "page": False, "note": "one informational teardown incident (or one per job)"}
+            {
+                "scope": "fleet",
+                "key": "teardown",
+                "page": False,
+                "note": "one informational teardown storm across the crash-looping job and the other jobs' ends",
+            }
         ],
         "affected": [],
         "planned_nodes": [],

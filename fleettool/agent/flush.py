@@ -20,6 +20,7 @@ from fleettool.collectors.base import Collected
 from fleettool.model import Event, EventKind
 from fleettool.store import Store, StoreDamaged, StoreError
 from fleettool.store.connection import is_damage, is_out_of_memory
+from fleettool.store.incidents import incident_counts
 
 if TYPE_CHECKING:
     from fleettool.agent.topology import TopologyRefresh
@@ -35,6 +36,7 @@ class Agent(Protocol):
     buf: Buffer
     scheduler: RuleScheduler | None
     open_alerts: list[dict[str, object]]
+    incidents: dict[tuple[str, str, str], int]
     latest: dict[tuple[str, int | None, str | None, str], float]
     clock: Callable[[], float]
     _last_export: float
@@ -172,6 +174,7 @@ def _after_write(
                 ag.log(f"rule evaluation met the store's memory limit ({cfg.duckdb_memory}); tried again")
                 pipe.evaluate_due(now, urgent=urgent, final=final)
             ag.open_alerts = pipe.firing_alerts(cfg.node)
+            ag.incidents = incident_counts(store)
         except Exception as e:  # a broken rule must not stop collection; it makes the agent not ready
             failed = f"rule evaluation failed: {_first_line(e)}"
             ag.log(failed)

@@ -296,6 +296,7 @@ def register(app: typer.Typer) -> None:
                         lambda: dict(ag.event_counts),
                         lambda: list(ag.open_alerts),
                         lambda: dict(ag.gpus),
+                        lambda: dict(ag.incidents),
                     ),
                     {"/healthz": lambda: liveness(ag), "/readyz": lambda: readiness(ag)},
                     web=web,

@@ -16,6 +16,7 @@ from fleettool.cli.options import DbOpt, FormatOpt, JsonOpt, ReasonOpt, WhoOpt
 from fleettool.cli.output import emit, with_iso
 from fleettool.model import who_acts
 from fleettool.store.alerts import ALERT_STATES, AlertOrder, list_alerts
+from fleettool.store.incidents import incident_of_alerts
 
 alerts_app = typer.Typer(invoke_without_command=True)
 silence_app = typer.Typer(help="Mute matching alerts until a time.", no_args_is_help=True)
@@ -38,6 +39,8 @@ def alerts(
     node: Annotated[str | None, typer.Option(help="only this node's alerts")] = None,
 ) -> None:
     """List alerts, firing first, then worst and newest first, with their silences and acknowledgements.
+    Each alert names its incident (`incident`, `incident_role`: root or member; null when it is in none); in
+    the table a member's summary starts with ↳ (a symptom counted under its incident's root).
 
     Example: fleettool alerts --db fleet.duckdb --json
     """
@@ -55,6 +58,9 @@ def alerts(
             include_silenced=not hide_silenced,
             order=AlertOrder.TRIAGE,
         )
+        of = incident_of_alerts(store)
+    for r in rows:
+        r["incident"], r["incident_role"] = of.get(r["alert_id"], (None, None))
     emit(
         [with_iso(r, "first_seen", "last_seen", "ack_until") for r in rows],
         [
@@ -67,7 +73,7 @@ def alerts(
             "action",
             "state",
             ("note", _note),
-            "summary",
+            ("summary", _summary),
         ],
         as_json=json_out,
         fmt=fmt,
@@ -82,6 +88,11 @@ def _note(alert: Mapping[str, Any]) -> str:
         f"ack:{alert['ack_by']}" if alert["acknowledged"] else "",
     )
     return " ".join(p for p in parts if p)
+
+
+def _summary(alert: Mapping[str, Any]) -> str:
+    """The summary, marked ↳ when the alert is a member of an incident (its root is another alert)."""
+    return ("↳ " if alert.get("incident_role") == "member" else "") + str(alert["summary"])
 
 
 def _ack(db: Path, alert_id: str, kind: str, for_: str, who: str, reason: str) -> None:

@@ -233,7 +233,8 @@ def register_tui(app: typer.Typer) -> None:
         topology: TopologyOpt = None,
         rack_label: RackLabelOpt = DEFAULT_RACK_LABEL,
     ) -> None:
-        """The triage dashboard: alerts worst first; Enter opens the evidence (series around the alert, its
+        """The triage dashboard: incidents root first (Enter: members by node; l: the alerts, i: back to
+        the incidents); in the alerts, worst first, Enter opens the evidence (series around the alert, its
         events, NCCL runs, burn-ins) beside its runbook; a acknowledges, s silences the node, r resolves, f
         shows the fleet grid, / filters, ? helps.
 

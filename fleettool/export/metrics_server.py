@@ -3,7 +3,9 @@
 Series are `fleettool_<metric>` in base units; counters are exposed as counters with the `_total` suffix
 (fleettool_ecc_dbe_volatile_total); every event kind/code is counted in `fleettool_events_total{kind, code}`
 (XIDs are counted, not kept as a "last XID" gauge that never resets); open alerts are
-`fleettool_alerts{rule, severity, category, action[, gpu]}` = 1.
+`fleettool_alerts{rule, severity, category, action[, gpu]}` = 1; the store's incidents (fleettool/incidents/: one
+per fault across GPUs and nodes) are counted in `fleettool_incidents{scope, severity, state}` (one series per
+combination the store holds, resolved ones included, so a rate of new incidents can be read).
 
 Labels are dcgm-exporter's, so a Prometheus fed by both joins them on `Hostname` and `gpu` (or `UUID`) without
 relabelling: a GPU's series carry `gpu`, `UUID`, `pci_bus_id` (as NVML and dcgm-exporter spell it,
@@ -36,6 +38,7 @@ from fleettool.model import GpuInfo, canonical_pci_bus_id
 Latest = dict[tuple[str, int | None, str | None, str], float]
 Counts = dict[tuple[str, int | None], int]
 Alerts = list[dict[str, object]]
+IncidentCounts = Mapping[tuple[str, str, str], int]  # (scope, severity, state) -> incidents
 Gpus = Mapping[int, GpuInfo]
 
 HOST = "Hostname"  # dcgm-exporter's node label (it has been `Hostname` in every release to 2025)
@@ -74,12 +77,14 @@ class AgentMetrics(Collector):
         counts: Callable[[], Counts],
         alerts: Callable[[], Alerts] | None = None,
         gpus: Callable[[], Gpus] | None = None,
+        incidents: Callable[[], IncidentCounts] | None = None,
     ) -> None:
         self.node = node
         self.latest = latest
         self.counts = counts
         self.alerts = alerts
         self.gpus = gpus or dict
+        self.incidents = incidents
 
     def _labels(self, gpu: int | None, uuid: str | None, inv: Gpus) -> dict[str, str]:
         if gpu is not None:
@@ -132,6 +137,18 @@ class AgentMetrics(Collector):
                     lab.update(gpu_labels(self.node, g, None, inv.get(g)))
                 al.add_sample("fleettool_alerts", lab, 1.0)
             yield al
+        if self.incidents is not None:
+            yield self._incidents(self.incidents())
+
+    def _incidents(self, counts: IncidentCounts) -> Metric:
+        inc = GaugeMetricFamily(
+            "fleettool_incidents",
+            "Incidents in the store (faults folded across GPUs and nodes), by scope, severity and state",
+        )
+        for (scope, severity, state), n in sorted(counts.items()):
+            lab = {HOST: self.node, "scope": scope, "severity": severity, "state": state}
+            inc.add_sample("fleettool_incidents", lab, float(n))
+        return inc
 
     def _build_info(self) -> Iterator[Metric]:
         info = InfoMetricFamily("fleettool_build", "The agent's version and the Python running it")

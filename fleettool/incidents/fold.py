@@ -11,15 +11,10 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 
+from fleettool.incidents.bursts import BURST_S, quiet, teardown_storms, time_groups
 from fleettool.incidents.causal import causes
 from fleettool.incidents.model import AlertView, Context
-from fleettool.incidents.spread import (
-    Group,
-    driver_groups,
-    teardown_groups,
-    time_groups,
-    topology_groups,
-)
+from fleettool.incidents.spread import Group, driver_groups, node_groups, teardown_groups, topology_groups
 from fleettool.model import Action, Severity
 from fleettool.store.alerts import ALERT_STATES
 from fleettool.store.incidents import IncidentRecord
@@ -58,11 +53,15 @@ def _span(dt: float) -> str:
     return f"{dt:.0f}s" if dt < 120 else f"{dt / 60:.0f} min"
 
 
+def _gpu_of(a: AlertView) -> int | str | None:
+    return a.gpu if a.gpu is not None else a.pci_bus_id
+
+
 def _rooted_scope(root: AlertView, alerts: list[AlertView], ctx: Context) -> tuple[str, str | None]:
     nodes = {a.node for a in alerts}
     if nodes == {root.node}:
-        gpus = {a.gpu for a in alerts}
-        return ("gpu", None) if gpus == {root.gpu} and root.gpu is not None else ("node", root.node)
+        gpus = {_gpu_of(a) for a in alerts}
+        return ("gpu", None) if gpus == {_gpu_of(root)} and _gpu_of(root) is not None else ("node", root.node)
     dom = ctx.domain(root.node)
     if dom is not None and all(ctx.domain(n) == dom for n in nodes):
         return "nvlink-domain", dom
@@ -133,10 +132,17 @@ def _rooted(root: AlertView, members: list[tuple[AlertView, str, str]], ctx: Con
     )
 
 
-def _storm(g: Group) -> IncidentRecord:
+def _storm(g: Group, ctx: Context) -> IncidentRecord:
+    if g.root is not None:  # a burst around one hardware fault: that fault is its root
+        why = g.because[0] if g.because else "within minutes of the root"
+        members = [(a, why, "burst") for a in g.alerts if a is not g.root]
+        return _rooted(g.root, sorted(members, key=lambda m: (m[0].first_seen, m[0].alert_id)), ctx)
     alerts = sorted(g.alerts, key=lambda a: (a.first_seen, a.alert_id))
     nodes, gpus = _counts(alerts)
-    severity = "info" if g.teardown else _worst(alerts)
+    planned = all(
+        a.planned for a in alerts
+    )  # planned work: what it causes is expected, sends nothing anywhere
+    severity = "info" if g.teardown or planned else _worst(alerts)
     quiet = all(a.silenced or a.planned for a in alerts)
     because = list(g.because)
     if any(a.planned for a in alerts):
@@ -150,7 +156,7 @@ def _storm(g: Group) -> IncidentRecord:
         state=_state(alerts),
         severity=severity,
         page=severity == "critical" and not quiet,
-        action="none" if g.teardown or g.scope == "driver" else _strongest(alerts),
+        action="none" if g.teardown or planned or g.scope == "driver" else _strongest(alerts),
         root_alert=None,
         root_node=None,
         root_gpu=None,
@@ -166,8 +172,8 @@ def _storm(g: Group) -> IncidentRecord:
     )
 
 
-def fold_incidents(alerts: list[AlertView], ctx: Context) -> list[IncidentRecord]:
-    """Every alert into exactly one incident (module docstring)."""
+def fold_incidents(alerts: list[AlertView], ctx: Context, burst_s: float = BURST_S) -> list[IncidentRecord]:
+    """Every alert into exactly one incident (module docstring); `burst_s`: the time stage's gap (bursts.py)."""
     links = causes(alerts, ctx)
     by_id = {a.alert_id: a for a in alerts}
     members: dict[str, list[tuple[AlertView, str, str]]] = defaultdict(list)
@@ -178,13 +184,25 @@ def fold_incidents(alerts: list[AlertView], ctx: Context) -> list[IncidentRecord
         for r, ms in members.items()
     ]
     free = [a for a in alerts if a.alert_id not in links and a.alert_id not in members]
-    groups, loose = teardown_groups([a for a in free if a.teardown_only], ctx)
+    jobs, loose = teardown_groups([a for a in free if a.teardown_only], ctx)
     got, rest = topology_groups(loose + [a for a in free if not a.teardown_only], ctx)
-    groups += got
+    groups = jobs + got
     got, soft = driver_groups([a for a in rest if not a.hardware], ctx)
     groups += got
-    got, left = time_groups(soft + [a for a in rest if a.hardware])
+    got, rest = node_groups(soft + [a for a in rest if a.hardware])
     groups += got
-    out += [_storm(g) for g in groups]
+    got, left = time_groups(rest, burst_s)
+    groups += got
+    # teardown alone (groups of teardown XIDs, and lone ones) chains into storms
+    calm = [g for g in groups if g.root is None and all(quiet(a) for a in g.alerts)]
+    calm += [Group("gpu", None, [a]) for a in left if quiet(a)]
+    groups = [g for g in groups if not (g.root is None and all(quiet(a) for a in g.alerts))]
+    left = [a for a in left if not quiet(a)]
+    for g in teardown_storms(calm):
+        if len(g.alerts) == 1:
+            left.append(g.alerts[0])
+        else:
+            groups.append(g)
+    out += [_storm(g, ctx) for g in groups]
     out += [_rooted(a, [], ctx) for a in left]
     return out

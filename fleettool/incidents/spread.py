@@ -1,14 +1,12 @@
-"""Folding by where and when, for alerts no cause explains (after causal.py):
+"""Folding by where, for alerts no cause explains (after causal.py; time is bursts.py):
 
-  - teardown: XIDs 13/31/43/45 with no hardware root on a job's nodes, one incident per job (those of no known
-    job fold as below); a group of teardown XIDs alone is informational and never pages;
-  - topology: the same rule on k of n nodes of a rack, NVLink domain or IB leaf (k >= 2 and k >= n/2, n the
-    nodes the topology places there) within WINDOW_S, or on several GPUs of one node (k >= 3 for hardware
-    faults: that many parts failing together in one place share a cause);
-  - driver: the same rule on at least 3 nodes of one driver version and on no node of another version;
-  - time: a burst of one category on at least 3 nodes, each within WINDOW_S of the one before.
-Otherwise hardware faults (AlertView.hardware) fold by time only with hardware faults of other nodes that start
-within SAME_MINUTE_S: two independent hardware faults keep their own incidents.
+- teardown: XIDs 13/31/43/45 with no hardware root on a job's nodes, one group per job (bursts.py joins a
+  storm of them into one incident; those of no known job fold as below);
+- topology: the same rule (and XID) on k of n nodes of a rack, NVLink domain or IB leaf (k >= 2 and
+  k >= n/2, n the nodes the topology places there) within WINDOW_S (k >= 3 where hardware faults are among
+  them: that many parts failing together in one place share a cause);
+- driver: the same rule on at least 3 nodes of one driver version and on no node of another version;
+- node: the same rule on several GPUs of one node within WINDOW_S (3 for hardware faults).
 """
 
 from __future__ import annotations
@@ -19,9 +17,6 @@ from dataclasses import dataclass, field
 from fleettool.incidents.model import AlertView, Context
 
 WINDOW_S = 600.0
-BURST_S = 300.0
-SAME_MINUTE_S = 60.0
-MIN_BURST_NODES = 3
 MIN_DRIVER_NODES = 3
 
 # which topology scope a category's spread is judged in first (an NVLink fault by its domain, a slow node by its
@@ -43,6 +38,7 @@ class Group:
     key: str | None
     alerts: list[AlertView]
     because: list[str] = field(default_factory=list)
+    root: AlertView | None = None  # a burst with one hardware fault in it: that fault (bursts.py)
 
     @property
     def teardown(self) -> bool:
@@ -103,7 +99,7 @@ def _members_of(ctx: Context, scope: str, value: str) -> int:
 
 def topology_groups(alerts: list[AlertView], ctx: Context) -> tuple[list[Group], list[AlertView]]:
     """Rules that fired on k of n nodes of a rack, domain or leaf within WINDOW_S (judged in the scope its
-    category points to first), then several GPUs of one node; and what is left."""
+    category points to first); and what is left."""
     out: list[Group] = []
     left: list[AlertView] = []
     by_rule: dict[str, list[AlertView]] = defaultdict(list)
@@ -113,8 +109,19 @@ def topology_groups(alerts: list[AlertView], ctx: Context) -> tuple[list[Group],
         rest = got
         for scope in SCOPE_ORDER.get(got[0].category, DEFAULT_ORDER):
             rest = _fold_scope(rule, rest, ctx, scope, out)
-        rest = _fold_node(rule, rest, out)
         left.extend(rest)
+    return out, left
+
+
+def node_groups(alerts: list[AlertView]) -> tuple[list[Group], list[AlertView]]:
+    """The same finding on several GPUs of one node within WINDOW_S; and what is left."""
+    out: list[Group] = []
+    left: list[AlertView] = []
+    by_rule: dict[str, list[AlertView]] = defaultdict(list)
+    for a in alerts:
+        by_rule[a.finding].append(a)
+    for rule, got in sorted(by_rule.items()):
+        left.extend(_fold_node(rule, got, out))
     return out, left
 
 
@@ -187,33 +194,3 @@ def driver_groups(alerts: list[AlertView], ctx: Context) -> tuple[list[Group], l
                 continue
         left.extend(got)
     return out, left
-
-
-def time_groups(alerts: list[AlertView]) -> tuple[list[Group], list[AlertView]]:
-    """Bursts of one category across nodes; hardware faults only with each other, within SAME_MINUTE_S."""
-    out: list[Group] = []
-    left: list[AlertView] = []
-    by: dict[tuple[str, bool], list[AlertView]] = defaultdict(list)
-    for a in alerts:
-        by[(a.category, a.hardware)].append(a)
-    for (cat, hw), got in sorted(by.items()):
-        for chain in _minute_runs(got) if hw else _chains(got, BURST_S):
-            k = len(_nodes(chain))
-            if k >= (2 if hw else MIN_BURST_NODES):
-                kind = "hardware faults" if hw else "alerts"
-                why = f"{len(chain)} {cat} {kind} on {k} nodes within {_span(chain)}"
-                out.append(Group("fleet", cat, chain, [why]))
-            else:
-                left.extend(chain)
-    return out, left
-
-
-def _minute_runs(alerts: list[AlertView]) -> list[list[AlertView]]:
-    """Hardware faults in runs that all start within SAME_MINUTE_S of the run's first."""
-    out: list[list[AlertView]] = []
-    for a in sorted(alerts, key=lambda a: (a.first_seen, a.alert_id)):
-        if out and a.first_seen - out[-1][0].first_seen <= SAME_MINUTE_S:
-            out[-1].append(a)
-        else:
-            out.append([a])
-    return out

@@ -18,6 +18,8 @@ from fleettool.tui.screens.confirm import ConfirmScreen
 from fleettool.tui.screens.detail import DetailScreen
 from fleettool.tui.screens.fleet import FleetScreen
 from fleettool.tui.screens.help import HelpScreen
+from fleettool.tui.screens.incident import IncidentScreen
+from fleettool.tui.screens.incidents import IncidentsScreen
 from fleettool.tui.screens.node import NodeScreen
 from fleettool.tui.screens.stats import StatsScreen
 
@@ -36,6 +38,12 @@ class Nav:
 
 
 SCREENS: dict[str, Nav] = {
+    "incidents": Nav(
+        IncidentsScreen,
+        "i",
+        "incidents",
+        "incidents, root first; Enter: by node",
+    ),
     "fleet": Nav(
         FleetScreen, "f", "fleet", "fleet grid: every node and GPU by worst alert (Enter: the node)"
     ),
@@ -60,6 +68,8 @@ __all__ = [
     "DetailScreen",
     "FleetScreen",
     "HelpScreen",
+    "IncidentScreen",
+    "IncidentsScreen",
     "Nav",
     "NodeScreen",
     "StatsScreen",
