@@ -144,6 +144,7 @@ def _path_cases() -> Iterator[Case]:
             yield Case(cmd, ("--rules", arg), BAD_INPUT, names, f"--rules: {why}")
         yield Case(("report",), ("--fleet", arg), BAD_INPUT, names, f"--fleet: {why}")
         yield Case(("fleet", "alerts"), ("--fleet", arg), BAD_INPUT, names, f"--fleet: {why}")
+        yield Case(("fleet", "incidents"), ("--fleet", arg), BAD_INPUT, names, f"--fleet: {why}")
         yield Case(("tui",), ("--fleet", arg), BAD_INPUT, names, f"--fleet: {why}")
     yield Case(("rules", "export"), ("-o", "{nodir}"), BAD_INPUT, "{nodir}", "-o into a missing directory")
     with_rules = tuple(a for a in AGENT if a != "--no-rules")

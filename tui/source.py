@@ -31,11 +31,10 @@ class Source:
     def open(self) -> Iterator[Any]:
         with self._turn:
             if self.fleet:
-                from fleettool.fleet.read import open_fleet
+                from fleettool.incidents.fleet import open_fleet_folded
 
-                with open_fleet(self.fleet) as store:
-                    if self.prepare is not None:
-                        self.prepare(store)
+                # the fleet's incidents folded at open (every node's alerts with the exported topology and jobs)
+                with open_fleet_folded(self.fleet, prepare=self.prepare) as store:
                     yield store
                 return
             from fleettool.store import Store

@@ -3,6 +3,7 @@ over a fleet location)."""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -135,11 +136,90 @@ def fleet_alerts(
             clear_alerts(store)
             write_alerts(store, run_rules(store, load_rules()))
         rows = list_alerts(store, order=AlertOrder.TRIAGE)
-    # silences and acknowledgements are each agent's own and are not exported: the fleet's rows have none
+    # silences (exported for the incident fold) and acknowledgements are each agent's own: not applied here
     cols = (*LIST_COLUMNS, "pci_bus_id", "uuid")
     out = [with_iso({c: r[c] for c in cols}, "first_seen", "last_seen") for r in rows]
     gpu = ("gpu", lambda r: "-" if r["gpu"] is None else r["gpu"])
     emit(out, ["severity", "category", "node", gpu, "action", "state", "summary"], as_json=json_out, fmt=fmt)
+
+
+@fleet_app.command("incidents")
+def fleet_incidents(
+    fleet: FleetOpt,
+    evaluate: Annotated[
+        bool,
+        typer.Option("--evaluate", help="fold the alerts the rules give over the whole fleet's data"),
+    ] = False,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="local cache of the segments already read (default ~/.cache/fleettool/fleet/<hash of --fleet>)"
+        ),
+    ] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="read every segment, keep nothing")] = False,
+    state: Annotated[
+        str | None, typer.Option(help="only incidents in this state (firing, pending, stale, resolved)")
+    ] = None,
+    json_out: JsonOpt = False,
+    fmt: FormatOpt = "table",
+    topology: TopologyOpt = None,
+    rack_label: RackLabelOpt = DEFAULT_RACK_LABEL,
+) -> None:
+    """Incidents across the fleet, causes first: every node's alerts folded together with the topology, jobs,
+    lifecycle and silences the agents export, so a fault that hit many nodes (a job crash, an NVLink domain, a
+    rack) is one incident. Same table and JSON as `fleettool incidents`. Incremental: segments already read are
+    kept in the cache and only new or rewritten ones are read again (a line on stderr says how many).
+
+    Example: fleettool fleet incidents --fleet s3://gpu-fleet/segments --json
+    """
+    from fleettool.cli.incidents_view import emit_incidents, root_pci
+    from fleettool.fleet.cache import default_cache
+    from fleettool.fleet.read import FleetError, check_fleet
+    from fleettool.incidents.fleet import open_fleet_incidents
+    from fleettool.incidents.model import incident_json
+    from fleettool.store.alerts import ALERT_STATES
+    from fleettool.store.incidents import list_incidents
+
+    if state and state not in ALERT_STATES:
+        raise typer.BadParameter(
+            f"{state!r} is not a state (one of {', '.join(ALERT_STATES)})", param_hint="--state"
+        )
+    files = topology_files(topology, rack_label)  # each readable, before the fleet is opened
+    where = None if no_cache else (cache or default_cache(fleet))
+    try:
+        loc = check_fleet(fleet)
+    except FleetError as e:
+        raise die(str(e), ExitCode.BAD_INPUT) from None
+    except OSError as e:
+        raise die(f"{fleet}: cannot read the fleet location: {e}", ExitCode.STORE_ERROR) from None
+    if where is not None and where.exists() and not where.is_dir():
+        raise die(f"--cache {where}: not a directory", ExitCode.BAD_INPUT)
+
+    def judge(store: Store) -> None:  # the rules over every node's data replace the agents' alerts
+        from fleettool.engine.evaluate import evaluate as run_rules
+        from fleettool.engine.evaluate import write_alerts
+        from fleettool.engine.rules import load_rules
+        from fleettool.store.alerts import clear_alerts
+
+        clear_alerts(store)
+        write_alerts(store, run_rules(store, load_rules()))
+
+    try:
+        store, rep = open_fleet_incidents(
+            loc,
+            cache=where,
+            prepare=(lambda st: load_topology(st, files)) if files.paths else None,  # beside the exported
+            judge=judge if evaluate else None,
+        )
+    except OSError as e:
+        raise die(f"{fleet} (cache {where}): cannot read the fleet: {e}", ExitCode.STORE_ERROR) from None
+    with store:
+        rows = list_incidents(store, state=state or None)
+        pci = root_pci(store, rows)
+        out = [incident_json(r, pci) for r in rows]
+    if rep is not None:
+        print(f"note: {rep.line(where)}", file=sys.stderr)  # type: ignore[arg-type]
+    emit_incidents(out, as_json=json_out, fmt=fmt)
 
 
 def register_tui(app: typer.Typer) -> None:

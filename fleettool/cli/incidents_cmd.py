@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import sys
 from collections import defaultdict
-from collections.abc import Mapping
 from typing import Annotated, Any
 
 import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, open_store
 from fleettool.cli.exit_codes import ExitCode
+from fleettool.cli.incidents_view import emit_incidents, root_cell, root_pci
 from fleettool.cli.options import DbOpt, FormatOpt, JsonOpt
-from fleettool.cli.output import emit, print_json
+from fleettool.cli.output import print_json
 from fleettool.store.alerts import ALERT_STATES
 
 incidents_app = typer.Typer(invoke_without_command=True)
@@ -39,27 +39,6 @@ def _rows(store: Any, state: str | None) -> list[dict[str, Any]]:
         key=lambda d: (order.get(d["state"], 9), d["root_alert"] is None, not d["page"], -d["first_seen"])
     )
     return out
-
-
-def _root_pci(store: Any, rows: list[dict[str, Any]]) -> dict[str, str | None]:
-    from fleettool.store.alerts import PCI_SQL
-
-    ids = [r["root_alert"] for r in rows if r.get("root_alert")]
-    if not ids:
-        return {}
-    got = store.query(
-        f"SELECT alert_id, {PCI_SQL} AS pci FROM alerts WHERE alert_id IN (SELECT unnest(?))", [ids]
-    )
-    return {g["alert_id"]: g["pci"] for g in got}
-
-
-def _root_cell(i: Mapping[str, Any]) -> str:
-    r = i["root"]
-    if r is None:
-        return "-"
-    gpu = f"/{r['gpu']}" if r["gpu"] is not None else ""
-    code = f" XID {r['code']}" if r["code"] is not None else ""
-    return f"{r['node']}{gpu}{code}"
 
 
 @incidents_app.callback()
@@ -90,27 +69,9 @@ def incidents(
 
     with open_store(db, read_only=True) as store:
         rows = _rows(store, state or None)
-        pci = _root_pci(store, rows)
+        pci = root_pci(store, rows)
     out = [incident_json(r, pci) for r in rows]
-    emit(
-        out,
-        [
-            ("id", lambda i: i["id"][:8]),
-            "state",
-            "severity",
-            ("page", lambda i: "PAGE" if i["page"] else ""),
-            "scope",
-            ("key", lambda i: i["key"] or ""),
-            ("root", _root_cell),
-            "nodes",
-            "gpus",
-            "alerts",
-            "summary",
-        ],
-        as_json=json_out,
-        fmt=fmt,
-        drop=("key", "gpus", "nodes", "scope", "page", "severity"),
-    )
+    emit_incidents(out, as_json=json_out, fmt=fmt)
 
 
 @incidents_app.command("show")
@@ -134,7 +95,7 @@ def show(
         row = incident_by_id(store, ids[0])
         assert row is not None
         members = incident_members(store, ids[0])
-        pci = _root_pci(store, [row])
+        pci = root_pci(store, [row])
     inc = incident_json(row, pci)
     by_node: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for m in members:
@@ -144,7 +105,7 @@ def show(
         return
     print(f"incident {inc['id']}  {inc['state']}  {inc['severity']}{'  PAGED' if inc['page'] else ''}")
     print(f"scope {inc['scope']}{' ' + inc['key'] if inc['key'] else ''}: {inc['summary']}")
-    print(f"root: {_root_cell(inc)}" + (f" (alert {inc['root']['alert']})" if inc["root"] else ""))
+    print(f"root: {root_cell(inc)}" + (f" (alert {inc['root']['alert']})" if inc["root"] else ""))
     for b in inc["because"]:
         print(f"  because {b}")
     print(f"{inc['alerts']} alerts on {inc['nodes']} nodes, {inc['gpus']} GPUs:")

@@ -17,7 +17,7 @@ def _n(k: int, what: str) -> str:
 
 def replay_incidents(store: Store) -> list[dict[str, Any]]:
     """The store's incidents as `fleettool incidents --json` gives them."""
-    from fleettool.cli.incidents_cmd import _root_pci
+    from fleettool.cli.incidents_view import root_pci as _root_pci
     from fleettool.incidents.model import incident_json
     from fleettool.store.incidents import list_incidents
 

@@ -42,21 +42,47 @@ def check_fleet(url: str) -> Location:
     return loc
 
 
-def _files(loc: Location, table: str) -> list[str]:
+def segment_infos(loc: Location, table: str) -> list[pafs.FileInfo]:
+    """The segments a reader reads for `table` (path, size, mtime): hidden and temporary files skipped, and a
+    partition's hourly segments once its daily one is there."""
     base = loc.path(table)
     if loc.fs.get_file_info(base).type != pafs.FileType.Directory:
         return []
     sel = pafs.FileSelector(base, recursive=True)
     found = [
-        f.path
+        f
         for f in loc.fs.get_file_info(sel)
         if f.type == pafs.FileType.File
         and f.path.endswith(".parquet")
         and not f.base_name.startswith((".", "_"))
     ]
-    compacted = {p.rsplit("/", 1)[0] for p in found if p.endswith("-day.parquet")}
+    compacted = {f.path.rsplit("/", 1)[0] for f in found if f.path.endswith("-day.parquet")}
     # a daily segment replaces the hourly ones of its partition (they may linger after a crash mid-compaction)
-    return sorted(p for p in found if p.endswith("-day.parquet") or p.rsplit("/", 1)[0] not in compacted)
+    keep = [f for f in found if f.path.endswith("-day.parquet") or f.path.rsplit("/", 1)[0] not in compacted]
+    return sorted(keep, key=lambda f: f.path)
+
+
+def _files(loc: Location, table: str) -> list[str]:
+    return [f.path for f in segment_infos(loc, table)]
+
+
+# snapshot tables every exporter writes its own copy of (each agent reads the cluster's topology and sacct):
+# one row per key, the newest word first (a job that one exporter saw end, its state by the latest sacct)
+_ONE_PER = {
+    "node_topology": ("node, key", "updated DESC NULLS LAST"),
+    "jobs": ("job_id, start_time", "end_time IS NULL, end_time DESC, state"),
+    "silences": ("silence_id", "created DESC NULLS LAST"),
+}
+
+
+def _one_per_key(table: str, src: str, have: set[str]) -> str:
+    if table not in _ONE_PER:
+        return src
+    key, newest = _ONE_PER[table]
+    cols = {c.strip() for c in key.split(",")} | {c.split()[0] for c in newest.split(",")}
+    if not cols <= have:
+        return src
+    return f"(SELECT * FROM {src} QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY {newest}) = 1)"
 
 
 def open_fleet(
@@ -82,5 +108,9 @@ def open_fleet(
         # alerts: a real table, fleet-wide evaluation writes alerts into it. Series are clustered by metric,
         # as an agent's store is: every rule filters on one metric and DuckDB's zone maps then skip the rest
         order = "metric, node, gpu" if table in ("samples", "samples_1m") else ""
-        attach(store, table, src, have=have, copy=table == "alerts" or materialize, order_by=order)
+        src = _one_per_key(table, src, have)
+        # the alerts and the small snapshots are copied in: the fold writes beside them, and topology files
+        # given to a fleet command are added to the exported topology and jobs
+        copy = table in ("alerts", *_ONE_PER, "node_audit") or materialize
+        attach(store, table, src, have=have, copy=copy, order_by=order)
     return store

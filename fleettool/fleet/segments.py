@@ -3,8 +3,12 @@
 Layout: <root>/<table>/date=YYYY-MM-DD/node=<node>/<table>-<node>-<YYYYMMDDTHH>.parquet for time series
 (samples, samples_1m, events), one segment per node and whole hour; once a day is complete, one
 <table>-<node>-<YYYYMMDD>-day.parquet per node replaces its hourly segments. Snapshots of state that changes
-(alerts, gpus, nccl runs and rows, burn-in results): <root>/<table>/exporter=<who>/<table>-<who>.parquet,
-replaced whole at each export. A node or exporter name is percent-encoded in paths (`gpu 1` -> `gpu%201`,
+(alerts, gpus, nccl runs and rows, burn-in results, and what the fleet's incident fold reads beside the alerts:
+node topology, jobs, the lifecycle's audit trail, silences): <root>/<table>/exporter=<who>/<table>-<who>.parquet,
+replaced whole at an export when its rows changed since the last (a count and a hash of every row, in meta key
+`exported-snapshot:<table>:<who>:<url>`) or it is missing there. A silence is its agent's own: one that matches
+any node is exported once per node of the exporting store (its alerts' and GPUs' nodes), so fleet-wide it still
+covers that store's nodes only. A node or exporter name is percent-encoded in paths (`gpu 1` -> `gpu%201`,
 `gpu/1` -> `gpu%2F1`, `gpu_1` stays): distinct names give distinct segments, and DuckDB's hive reader decodes
 them back.
 
@@ -41,7 +45,24 @@ from fleettool.store import Store
 from fleettool.store.meta import get_meta, set_meta
 
 SERIES = {"samples": "ts", "samples_1m": "minute", "events": "ts"}
-SNAPSHOTS = ("alerts", "gpus", "nccl_runs", "nccl_rows", "burnin_results")
+SNAPSHOTS = (
+    "alerts",
+    "gpus",
+    "nccl_runs",
+    "nccl_rows",
+    "burnin_results",
+    "node_topology",
+    "jobs",
+    "node_audit",
+    "silences",
+)
+# a silence with no node matcher covers the exporting store's own nodes: written once per node, its id made unique
+_SILENCES_SQL = (
+    "SELECT s.* REPLACE (CASE WHEN s.node IS NULL THEN s.silence_id || '@' || n.node ELSE s.silence_id END "
+    "AS silence_id, coalesce(s.node, n.node) AS node) FROM silences s LEFT JOIN "
+    "(SELECT node FROM alerts WHERE node IS NOT NULL UNION SELECT node FROM gpus WHERE node IS NOT NULL) n "
+    "ON s.node IS NULL WHERE s.node IS NOT NULL OR n.node IS NOT NULL"
+)
 HOUR = 3600
 _H = dt.timedelta(hours=1)
 _ORDER = {"samples": "gpu, sub, ts", "samples_1m": "metric, gpu, sub, minute", "events": "ts"}
@@ -223,8 +244,16 @@ def export(
             if not store.scalar(f"SELECT count(*) FROM {table}"):
                 continue
             path = loc.path(table, f"exporter={who}", f"{table}-{who}.parquet")
-            rows, size = write_segment(loc, path, _batches(store, f"SELECT * FROM {table}", []))
+            sql = _SILENCES_SQL if table == "silences" else f"SELECT * FROM {table}"
+            # a snapshot is written only when it changed (rows and their content) or is missing there, so a
+            # reader that keeps what it read (fleet incidents' cache) reads it again only when it changed
+            done = f"exported-snapshot:{table}:{who}:{loc.url}"
+            stamp = "{}:{}".format(*store.rows(f"SELECT count(*), sum(hash(q)) FROM ({sql}) q")[0])
+            if get_meta(store, done) == stamp and loc.fs.get_file_info(path).type == pafs.FileType.File:
+                continue
+            rows, size = write_segment(loc, path, _batches(store, sql, []))
             rep.add(table, rows, size, series=False)
+            set_meta(store, done, stamp)
     except UploadLeftOpen as e:
         left = json.loads(get_meta(store, _open_key(loc)) or "[]")
         set_meta(store, _open_key(loc), json.dumps([*left, e.key]))

@@ -45,7 +45,7 @@ NO_INCIDENTS = (
     "Press l for the alert list"
 )
 NO_INCIDENTS_FLEET = (
-    "No incidents at this fleet location: its segments hold alerts, not incidents. Press l for them"
+    "No incidents at this fleet location: no alerts in its segments to fold. Press l for the alert list"
 )
 
 
