@@ -88,3 +88,20 @@ def test_a_burst_across_nodes_folds_by_time_and_hardware_only_within_a_minute() 
     fleet = [i for i in got if i.scope == "fleet"]
     assert len(fleet) == 1 and fleet[0].alerts == 3 and fleet[0].page
     assert any(i.root_alert == "l9" for i in got) and len(got) == 2
+
+
+def test_a_burst_takes_a_hardware_fault_as_root_only_when_nothing_else_in_it_would_page() -> None:
+    dbe = {
+        "rule": "GpuXid",
+        "category": "ecc",
+        "severity": "critical",
+        "action": "reset-gpu",
+        "codes": {48: 0.0},
+    }
+    warm = alert("w", "n2", 1, 90.0)  # a thermal warning on another node 90 s later
+    got = fold_incidents([alert("d", "n1", 0, 0.0, **dbe), warm], Context())
+    assert len(got) == 1 and got[0].root_alert == "d" and got[0].members["w"][0] == "member" and got[0].page
+    hot = alert("h", "n2", 1, 90.0, severity="critical")  # a critical one would lose its page under the DBE
+    got = fold_incidents([alert("d", "n1", 0, 0.0, **dbe), hot], Context())
+    assert len(got) == 1 and got[0].root_alert is None and got[0].page
+    assert got[0].because[0].startswith("a burst: a hardware fault and 2 alerts (ecc, thermal) on 2 nodes")

@@ -125,4 +125,4 @@ def show(
 
 
 def register(app: typer.Typer) -> None:
-    app.add_typer(incidents_app, name="incidents", help="Incidents above alerts, causes first.")
+    app.add_typer(incidents_app, name="incidents")

@@ -82,6 +82,10 @@ def _runs(alerts: list[AlertView], burst_s: float) -> list[list[AlertView]]:
     return out
 
 
+def _would_page(a: AlertView) -> bool:
+    return a.severity == "critical" and not (a.silenced or a.planned)
+
+
 def time_groups(alerts: list[AlertView], burst_s: float = BURST_S) -> tuple[list[Group], list[AlertView]]:
     """Bursts of two or more alerts (module docstring); and the alerts alone in their time."""
     out: list[Group] = []
@@ -94,7 +98,8 @@ def time_groups(alerts: list[AlertView], burst_s: float = BURST_S) -> tuple[list
         nodes = len({a.node for a in run})
         cats = sorted({a.category for a in run})
         span = _span(run[-1].first_seen - run[0].first_seen)
-        if len(hw) == 1:
+        others = [a for a in run if a not in hw]
+        if len(hw) == 1 and not any(_would_page(a) for a in others):
             why = (
                 f"{len(run) - 1} alerts ({', '.join(cats)}) on {nodes} node{'s' * (nodes > 1)} within {span} of "
                 f"the hardware fault on {hw[0].node}, each within {_span(burst_s)} of the one before"
@@ -109,7 +114,13 @@ def time_groups(alerts: list[AlertView], burst_s: float = BURST_S) -> tuple[list
                 )
             )
             continue
-        kind = f"{len(hw)} hardware faults in the same minute and " if hw else ""
+        kind = (
+            f"{len(hw)} hardware faults in the same minute and "
+            if len(hw) > 1
+            else "a hardware fault and "
+            if hw
+            else ""
+        )
         why = (
             f"a burst: {kind}{len(run)} alerts ({', '.join(cats)}) on {nodes} node{'s' * (nodes > 1)} within "
             f"{span}, each within {_span(burst_s)} of the one before"
