@@ -6,8 +6,9 @@ cause, in this order (fold.py):
      domain; XID 13/43/45 on a job's nodes minutes after a hardware XID on one of them; a fatal SXid and its
      node's XID 74; XID 154 after the fault whose recovery it asks for;
   2. topology (spread.py): k of n nodes of a rack, NVLink domain or IB leaf with the same finding in a window;
-     the same finding on the nodes of one driver version and none of the others;
-  3. time (spread.py): a burst of one category across nodes.
+     the same finding on the nodes of one driver version and none of the others; several GPUs of one node;
+  3. time (bursts.py): what is left, each alert within 5 minutes of the one before (a hardware fault only
+     within a minute of the burst's first), and teardown XIDs alone chained into one informational storm.
 The root pages; members are counted, never paged. A storm of job-teardown XIDs with no hardware root is one
 informational incident. Planned work (a node in a lifecycle state other than healthy/suspect, or an alert
 silenced with a reason) never pages. Inputs (inputs.py) are the alerts table, node topology, jobs and GPU
