@@ -242,3 +242,38 @@ def test_a_maintenance_window_given_as_a_silence_with_a_reason_never_pages(tmp_p
     assert got["gpu-02"]["page"] is True  # after the window, on another node: pages
     bad = CliRunner().invoke(app, ["silence", "add", "--db", db, "--node", "x", "--start", "yesterday"])
     assert bad.exit_code == 2 and "--start" in bad.output
+
+
+def test_sacct_in_the_clusters_time_zone_links_the_job_with_tz(tmp_path: Path) -> None:
+    """sacct prints the cluster's local time: at -0800 read as UTC the job misses its teardown; --tz fixes it."""
+    lines = {
+        n: [line(0, n, 0, 79)] if n == "gpu-01" else [line(20 + g, n, g, 45) for g in range(4)]
+        for n in ("gpu-01", "gpu-02")
+    }
+    # the job as a Los Angeles cluster's sacct prints it (03:00Z is 19:00 the day before there)
+    job = ("7000", "llm", "gpu-[01-02]", "2026-11-30T18:00:00", "2026-11-30T19:01:00", "NODE_FAIL")
+    rec = write(tmp_path / "rec", lines, {"sacct.txt": sacct(job)})
+    for tz, want in ((None, 2), ("America/Los_Angeles", 1)):
+        db = str(tmp_path / f"{tz is None}.duckdb")
+        args = ["replay", str(rec), "--db", db, "-q"] + (["--tz", tz] if tz else [])
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 0, res.output
+        got = cli("incidents", "--db", db, "--json")
+        assert len(got) == want, got
+    assert got[0]["scope"] == "job" and got[0]["key"] == "7000" and got[0]["alerts"] == 5
+    bad = CliRunner().invoke(
+        app, ["replay", str(rec), "--db", str(tmp_path / "x.duckdb"), "--tz", "Mars/Olympus"]
+    )
+    assert bad.exit_code == 2 and "--tz" in bad.output
+
+
+def test_silence_list_shows_a_window_given_ahead(tmp_path: Path) -> None:
+    db = str(tmp_path / "s.duckdb")
+    Store(db).close()
+    res = CliRunner().invoke(
+        app,
+        ["silence", "add", "--db", db, "--node", "gpu-01", "--start", "2099-01-01T00:00:00Z", "-m", "later"],
+    )
+    assert res.exit_code == 0, res.output
+    rows = cli("silence", "list", "--db", db, "--json")
+    assert [(r["node"], r["starts"]) for r in rows] == [("gpu-01", "2099-01-01T00:00:00Z")]

@@ -20,6 +20,7 @@ line when it starts failing and one when it answers again, and `agent_topology_f
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import shutil
 import subprocess
@@ -77,7 +78,8 @@ def run_command(argv: tuple[str, ...], timeout_s: float) -> str:
 
 def fetch_sacct(timeout_s: float = COMMAND_TIMEOUT_S) -> Fetched:
     out = run_command(SACCT, timeout_s)
-    jobs, issues = parse_sacct(out.splitlines(), "sacct")
+    # sacct prints this host's local time: read it in this host's zone
+    jobs, issues = parse_sacct(out.splitlines(), "sacct", dt.datetime.now().astimezone().tzinfo)
     if not jobs and issues:
         raise RuntimeError(f"sacct output not read: {issues[0].message}")
     src = "sacct (live)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 import time
 from collections.abc import Mapping
@@ -13,7 +14,7 @@ import typer
 from fleettool.cli.common import DEFAULT_DB, die, open_store, parse_duration
 from fleettool.cli.exit_codes import ExitCode
 from fleettool.cli.options import DbOpt, FormatOpt, JsonOpt, ReasonOpt, WhoOpt
-from fleettool.cli.output import emit, with_iso
+from fleettool.cli.output import emit, iso, with_iso
 from fleettool.model import who_acts
 from fleettool.store.alerts import ALERT_STATES, AlertOrder, list_alerts
 from fleettool.store.incidents import incident_of_alerts
@@ -199,6 +200,7 @@ def silence_add(
     Example: fleettool silence add --node gpu-17 --for 6h -m "PSU swap"
     """
     from fleettool.engine.silences import add_silence
+    from fleettool.store.nodes import known_nodes, node_known
 
     now = time.time()
     t0 = None if start is None else _iso_time(start)
@@ -219,7 +221,28 @@ def silence_add(
             )
         except ValueError as e:
             raise die(str(e), ExitCode.USAGE) from None
+        unknown = node is not None and not node_known(store, node)
+        known = known_nodes(store, 5) if unknown else []
     print(sid)
+    if unknown:  # a typo silences nothing: say so (it is kept: a node may come later)
+        print(
+            f"fleettool: note: {db} knows no node {node!r}"
+            + (f" (it knows {', '.join(known)}, ...)" if known else "")
+            + "; the silence is kept for when it appears",
+            file=sys.stderr,
+        )
+    what = ", ".join(
+        f"{k} {v}"
+        for k, v in (("node", node), ("gpu", gpu), ("rule", rule), ("category", category))
+        if v is not None
+    )
+    frm = "now" if t0 is None else iso(dt.datetime.fromtimestamp(t0, dt.timezone.utc).replace(tzinfo=None))
+    to = iso(dt.datetime.fromtimestamp(until, dt.timezone.utc).replace(tzinfo=None))
+    print(
+        f"silenced {what} from {frm} until {to}"
+        + (f": {reason}" if reason else " (no reason: not planned work)"),
+        file=sys.stderr,
+    )
 
 
 def _iso_time(v: str) -> float:
@@ -236,18 +259,27 @@ def _iso_time(v: str) -> float:
 
 
 @silence_app.command("list")
-def silence_list(db: DbOpt = DEFAULT_DB, json_out: JsonOpt = False, fmt: FormatOpt = "table") -> None:
-    """List silences still in force.
+def silence_list(
+    db: DbOpt = DEFAULT_DB,
+    json_out: JsonOpt = False,
+    fmt: FormatOpt = "table",
+    all_: Annotated[bool, typer.Option("--all", help="ended silences too")] = False,
+) -> None:
+    """List silences in force and those scheduled to start later (a maintenance window given ahead with
+    `silence add --start`); `--all` adds the ended ones. STARTS is when each takes effect.
 
     Example: fleettool silence list --json
     """
-    from fleettool.engine.silences import active_silences
+    from fleettool.store.silences import listed_silences
 
     with open_store(db, read_only=True) as store:
-        rows = [with_iso(r, "created", "until") for r in active_silences(store, time.time())]
+        rows = [
+            {**with_iso(r, "created", "until"), "starts": iso(r["created"])}
+            for r in listed_silences(store, time.time(), past=all_)
+        ]
     emit(
         rows,
-        ["silence_id", "node", "gpu", "rule", "category", "until", "who", "reason"],
+        ["silence_id", "node", "gpu", "rule", "category", "starts", "until", "who", "reason"],
         as_json=json_out,
         fmt=fmt,
     )

@@ -108,7 +108,7 @@ def show(
     print(f"root: {root_cell(inc)}" + (f" (alert {inc['root']['alert']})" if inc["root"] else ""))
     for b in inc["because"]:
         print(f"  because {b}")
-    print(f"{inc['alerts']} alerts on {inc['nodes']} nodes, {inc['gpus']} GPUs:")
+    print(f"{_n(inc['alerts'], 'alert')} on {_n(inc['nodes'], 'node')}, {_n(inc['gpus'], 'GPU')}:")
     for node, ms in sorted(
         by_node.items(), key=lambda kv: (not any(m["role"] == "root" for m in kv[1]), kv[0])
     ):
@@ -116,12 +116,17 @@ def show(
         for m in ms:
             rules[m["rule"] or "?"] += 1
         root = " (root)" if any(m["role"] == "root" for m in ms) else ""
-        gpus = sorted({m["gpu"] for m in ms if m["gpu"] is not None})
+        gpus = sorted({str(m["gpu"]) if m["gpu"] is not None else (m["pci_bus_id"] or "?") for m in ms})
         print(
-            f"  {node}{root}: {len(ms)} alerts on GPUs {','.join(map(str, gpus)) or '-'}: "
+            f"  {node}{root}: {_n(len(ms), 'alert')} on GPU{'s' * (len(gpus) > 1)} {', '.join(gpus)}: "
             + ", ".join(f"{r} x{n}" for r, n in sorted(rules.items()))
         )
-    print(f"alerts: fleettool alerts --db {db} --node NODE")
+    first = inc["root"]["node"] if inc["root"] else next(iter(sorted(by_node)), "NODE")
+    print(f"alerts: fleettool alerts --db {db} --node {first}")
+
+
+def _n(k: int, what: str) -> str:
+    return f"{k} {what}{'s' * (k != 1)}"
 
 
 def register(app: typer.Typer) -> None:

@@ -26,7 +26,8 @@ def root_cell(i: Mapping[str, Any]) -> str:
     r = i["root"]
     if r is None:
         return "-"
-    gpu = f"/{r['gpu']}" if r["gpu"] is not None else ""
+    pci = r.get("pci_bus_id") or ""
+    gpu = f"/{r['gpu']}" if r["gpu"] is not None else (f"/{pci[-7:]}" if pci else "")  # 5D:00.0
     code = f" XID {r['code']}" if r["code"] is not None else ""
     return f"{r['node']}{gpu}{code}"
 
@@ -39,7 +40,7 @@ def emit_incidents(out: list[dict[str, Any]], *, as_json: bool, fmt: str) -> Non
             ("id", lambda i: i["id"][:8]),
             "state",
             "severity",
-            ("page", lambda i: "PAGE" if i["page"] else ""),
+            ("page", lambda i: "PAGE" if i["page"] else "planned" if i.get("planned") else ""),
             "scope",
             ("key", lambda i: i["key"] or ""),
             ("root", root_cell),

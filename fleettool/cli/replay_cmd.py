@@ -87,6 +87,7 @@ def _replay(
     as_agent: tuple[tuple[float, float], ...] | None = None,
     no_builtin_rules: bool = False,
     topology: tuple[list[Path], str] = ([], DEFAULT_RACK_LABEL),
+    tz: str | None = None,
 ) -> None:
     from fleettool.cli.rules_cmd import _load
     from fleettool.ingest.report import IngestOptions
@@ -107,6 +108,7 @@ def _replay(
         exclude=store_files(db),
         max_bytes=max_bytes or MAX_BYTES,
         rack_label=topology[1],
+        tz=tz,
     )
     new_db = not db.exists()
     try:
@@ -142,6 +144,7 @@ def _replay_into(
     as_agent: tuple[tuple[float, float], ...] | None = None,
     topology: list[Path] | None = None,
 ) -> None:
+    from fleettool.cli.replay_agent import judge_as_agent
     from fleettool.cli.replay_triage import member_ids, print_triage, replay_incidents
     from fleettool.ingest.read_topology import ingest_topology, summary_lines
     from fleettool.pipeline import replay
@@ -155,7 +158,7 @@ def _replay_into(
         res.reports[:0] = given
         topo_lines = summary_lines(store)
         if as_agent is not None and res.recognised:
-            res.alerts = _judge_as_agent(store, rules, as_agent)
+            res.alerts = judge_as_agent(store, rules, as_agent)
         reports = res.reports
         if not res.recognised:
             listed = "; ".join(f"{Path(r.path).name}: {r.skipped}" for r in reports if r.skipped)
@@ -234,38 +237,6 @@ def _replay_into(
         raise typer.Exit(int(ExitCode.BAD_INPUT))
 
 
-def _judge_as_agent(store: Any, rules: Any, downs: tuple[tuple[float, float], ...]) -> list[dict[str, Any]]:
-    """The recording judged as the agent judges it (fleettool.agent.as_agent), the alerts as replay lists them."""
-    from fleettool.agent.as_agent import judge
-    from fleettool.pipeline import REPLAY_ALERT_FIELDS
-    from fleettool.store.alerts import list_alerts
-
-    run = judge(store, rules, downs=downs)
-    if run.start is None:
-        print("fleettool: note: --as-agent: no timed data to judge over time", file=sys.stderr)
-        return [{k: a[k] for k in REPLAY_ALERT_FIELDS} for a in list_alerts(store)]
-    assert run.end is not None
-    for off, dur in downs:
-        if run.start + off >= run.end:
-            print(
-                f"fleettool: note: --down {_dur(off)}+{_dur(dur)} starts after the recording ends "
-                f"({_dur(run.end - run.start)} long): the agent was never down",
-                file=sys.stderr,
-            )
-    print(
-        f"fleettool: judged as the agent: {run.flushes} flushes ({run.urgent_flushes} at once for events), "
-        f"{run.restarts} restarts, {run.dropped_samples} samples not taken while down",
-        file=sys.stderr,
-    )
-    return [{k: a[k] for k in REPLAY_ALERT_FIELDS} for a in list_alerts(store)]
-
-
-def _dur(seconds: float) -> str:
-    from fleettool.units import human_duration
-
-    return human_duration(seconds)
-
-
 def _nothing_from(src: Path, read: list[Any], seen: list[Any]) -> None:
     """Each file read that stored nothing, named with why on stderr; when no file stored anything (and none was
     stored by an earlier replay), one line and exit 3: a replay that stored nothing is never a quiet 0."""
@@ -328,6 +299,12 @@ def register(app: typer.Typer) -> None:
         year: Annotated[
             int | None, typer.Option(help="the year of syslog lines (default: the recording's own time)")
         ] = None,
+        tz: Annotated[
+            str | None,
+            typer.Option(
+                help="the cluster's time zone (IANA, e.g. America/Los_Angeles) for sacct's local times"
+            ),
+        ] = None,
         max_file_size: Annotated[
             str | None,
             typer.Option(help="refuse a file that decompresses past this size (default 2G)"),
@@ -374,11 +351,33 @@ def register(app: typer.Typer) -> None:
             downs = tuple(parse_down(d) for d in down or [])
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--down") from None
+        if tz is not None:
+            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+            try:
+                ZoneInfo(tz)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise typer.BadParameter(
+                    f"not a time zone: {tz!r} (e.g. UTC, Europe/Berlin)", param_hint="--tz"
+                ) from None
         if year is not None and not 1970 <= year <= 2200:
             raise typer.BadParameter(f"not a year: {year}", param_hint="--year")
         t = parse_at(at) if at is not None else None
         mb, judged = _max_bytes(max_file_size), downs if as_agent else None
         topo = (topology or [], rack_label)
         _replay(
-            db, recording, node, strict, json_out, quiet, rules, t, year, mb, judged, no_builtin_rules, topo
+            db,
+            recording,
+            node,
+            strict,
+            json_out,
+            quiet,
+            rules,
+            t,
+            year,
+            mb,
+            judged,
+            no_builtin_rules,
+            topo,
+            tz,
         )

@@ -50,13 +50,13 @@ def print_triage(
                 if r is None
                 else f"root {r['node']} GPU {r['gpu'] if r['gpu'] is not None else r['pci_bus_id']}"
             )
-            page = "PAGE " if i["page"] else ""
+            page = "PAGE " if i["page"] else "planned " if i.get("planned") else ""
             key = f" {i['key']}" if i["key"] else ""
             print(
                 f"  {page}{i['severity']:8s} {i['state']:8s} {i['scope']}{key}: {root}; {_n(i['alerts'], 'alert')} on {_n(i['nodes'], 'node')}"
             )
             print(f"  {'':8s} {i['summary']}")
-            for b in i["because"][:2]:
+            for b in i["because"][:3]:
                 print(f"  {'':8s} because {b}")
         print()
     if not alerts:
@@ -70,7 +70,8 @@ def print_triage(
     print(f"alerts ({len(alerts)}{more}):")
     for a in shown:
         gpu = "-" if a["gpu"] is None else a["gpu"]
+        mark = "↳ " if a.get("alert_id") in members else ""  # a symptom folded under an incident's root
         print(
-            f"  {a['severity']:8s} {a['category']:10s} {a['node']} gpu {gpu}  {a['action']:16s} {a['summary']}"
+            f"  {a['severity']:8s} {a['category']:10s} {a['node']} gpu {gpu}  {a['action']:16s} {mark}{a['summary']}"
         )
         print(f"  {'':8s} {when(a)}; runbook: {a['runbook']}")

@@ -38,17 +38,20 @@ def is_header(line: str) -> bool:
     return "jobid" in cols and len(cols & {"jobname", "nodelist", "start", "end", "state"}) >= 2
 
 
-def _time(text: str) -> float | None:
+def _time(text: str, tz: dt.tzinfo | None = None) -> float | None:
+    """sacct's local time in `tz` (the cluster's zone; None: UTC) as unix seconds."""
     t = text.strip()
     if t.lower() in _NO_TIME:
         return None
     try:
-        return dt.datetime.strptime(t, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc).timestamp()
+        return dt.datetime.strptime(t, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=tz or dt.timezone.utc).timestamp()
     except ValueError:
         raise ValueError(f"not a sacct time: {text!r} (YYYY-MM-DDTHH:MM:SS or Unknown)") from None
 
 
-def parse_sacct(lines: Iterable[str], path: str = "-") -> tuple[list[Job], list[ParseIssue]]:
+def parse_sacct(
+    lines: Iterable[str], path: str = "-", tz: dt.tzinfo | None = None
+) -> tuple[list[Job], list[ParseIssue]]:
     jobs: dict[str, Job] = {}
     issues: list[ParseIssue] = []
     cols: list[str] | None = None
@@ -86,7 +89,7 @@ def parse_sacct(lines: Iterable[str], path: str = "-") -> tuple[list[Job], list[
         try:
             nodelist = row["nodelist"].strip()
             nodes = [] if nodelist.lower() in ("", "none assigned", "none") else expand(nodelist)
-            start, end = _time(row["start"]), _time(row["end"])
+            start, end = _time(row["start"], tz), _time(row["end"], tz)
         except HostlistError as e:
             issues.append(ParseIssue(path, lineno, f"bad NodeList: {e}"))
             continue

@@ -167,4 +167,6 @@ def incident_json(row: dict[str, Any], pci: dict[str, str | None] | None = None)
         "last_seen": _iso(row["last_seen"]),
         "summary": row["summary"],
         "because": row["because"],
+        # planned work (a lifecycle state or a silence with a reason covered it): why it did not page
+        "planned": any(str(b).startswith("planned:") for b in row["because"] or ()),
     }

@@ -41,7 +41,9 @@ def read_slurm_topology(store: Store, path: Path, opts: IngestOptions, rep: File
 
 
 def read_sacct(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
-    jobs, issues = parse_sacct(iter_lines(path), str(path))
+    from zoneinfo import ZoneInfo
+
+    jobs, issues = parse_sacct(iter_lines(path), str(path), ZoneInfo(opts.tz) if opts.tz else None)
     rep.issues.extend(issues)
     rows = [
         JobRow(j.job_id, j.name, j.nodes, j.start, j.end, j.state, j.state_detail, str(path)) for j in jobs
@@ -54,7 +56,11 @@ def read_sacct(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -
                 rep.t_min = t if rep.t_min is None else min(rep.t_min, t)
                 rep.t_max = t if rep.t_max is None else max(rep.t_max, t)
     if rows:
-        rep.time_source = "sacct's Start/End (the cluster's local time read as UTC)"
+        rep.time_source = (
+            f"sacct's Start/End, the cluster's local time in {opts.tz} (--tz)"
+            if opts.tz
+            else "sacct's Start/End (the cluster's local time read as UTC; --tz ZONE names the cluster's zone)"
+        )
 
 
 def read_kube_nodes(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:

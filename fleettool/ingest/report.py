@@ -174,6 +174,7 @@ class IngestOptions:
     exclude: list[Path] = field(default_factory=list)  # the store's own files: never read
     max_bytes: int = MAX_BYTES  # decompressed bytes per file
     rack_label: str = "topology.kubernetes.io/rack"  # the Kubernetes node label that names a node's rack
+    tz: str | None = None  # --tz: the IANA zone of sacct's local Start/End (None: read as UTC)
 
 
 def outside_time(path: Path, opts: IngestOptions, rep: FileReport) -> tuple[float, str]:

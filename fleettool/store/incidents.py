@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from fleettool.model import canonical_pci_bus_id
 from fleettool.store.alerts import ALERT_STATES, PCI_SQL, SEVERITIES, _rank
 from fleettool.store.values import db_time, epoch
 
@@ -152,12 +153,16 @@ def incident_members(store: Store, incident_id: str) -> list[dict[str, Any]]:
     """The incident's alerts (alert_id, role, reason, node, gpu, rule, severity, state, first_seen), the root
     first, then by node and GPU."""
     rows = store.query(
-        "SELECT m.alert_id, m.role, m.reason, a.node, a.gpu, a.rule, a.severity, a.state, a.first_seen, "
-        "a.summary FROM incident_members m LEFT JOIN alerts a USING (alert_id) WHERE m.incident_id = ? "
-        "ORDER BY m.role <> 'root', a.node, a.gpu NULLS FIRST, a.first_seen, m.alert_id",
+        "SELECT m.alert_id, m.role, m.reason, alerts.node, alerts.gpu, alerts.rule, alerts.severity, "
+        f"alerts.state, alerts.first_seen, alerts.summary, {PCI_SQL} AS pci_bus_id FROM incident_members m "
+        "LEFT JOIN alerts USING (alert_id) WHERE m.incident_id = ? "
+        "ORDER BY m.role <> 'root', alerts.node, alerts.gpu NULLS FIRST, alerts.first_seen, m.alert_id",
         [incident_id],
     )
-    return [{**r, "first_seen": epoch(r["first_seen"])} for r in rows]
+    return [
+        {**r, "first_seen": epoch(r["first_seen"]), "pci_bus_id": canonical_pci_bus_id(r["pci_bus_id"])}
+        for r in rows
+    ]
 
 
 def incident_of_alerts(store: Store) -> dict[str, tuple[str, str]]:

@@ -80,6 +80,14 @@ def active_silences(store: Store, now: float) -> list[dict[str, Any]]:
     )
 
 
+def listed_silences(store: Store, now: float, *, past: bool = False) -> list[dict[str, Any]]:
+    """Silences in force at `now` and those scheduled to start later (with `past`, ended ones too), by start."""
+    where = "" if past else "WHERE until > ? "
+    return store.query(
+        f"SELECT * FROM silences {where}ORDER BY created NULLS FIRST, until", [] if past else [db_time(now)]
+    )
+
+
 def insert_ack(store: Store, ack: AlertAck) -> None:
     store.execute(
         "INSERT INTO alert_acks (alert_id, kind, created, until, who, reason) VALUES (?, ?, ?, ?, ?, ?)",
