@@ -32,8 +32,10 @@ _IBSTATUS = re.compile(r"^Infiniband device '([^']+)' port (\d+) status:\s*$")
 
 def _panic(line: str, path: str, lineno: int) -> ParseIssue | None:
     s = line.strip()
-    if s.startswith("ibpanic:") or s.startswith("ibwarn:"):
+    if s.startswith("ibpanic:"):
         return ParseIssue(path, lineno, f"ibstat failed: {s}")
+    if s.startswith("ibwarn:"):
+        return ParseIssue(path, lineno, f"ibstat warned: {s}")
     return None
 
 
