@@ -179,3 +179,10 @@ def test_ibstatus_reads_sysfs_words() -> None:
     }
     assert parse_ib_status_text(text)[0] == ports
     assert parse_ibstat("not ibstat\n")[1][0].message.startswith("no CA/Port blocks")
+
+
+def test_ibwarn_is_a_warning_not_a_failed_run() -> None:
+    text = (IBSTAT / "ibstat.47.0.h100.all.active.0").read_text()
+    ports, issues = parse_ibstat("ibwarn: [123] umad_init: can't read ABI version\n" + text)
+    assert len(ports) == 12 and len(issues) == 1
+    assert issues[0].line == 1 and issues[0].message.startswith("ibstat warned: ibwarn:")
