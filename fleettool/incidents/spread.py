@@ -97,15 +97,20 @@ def _members_of(ctx: Context, scope: str, value: str) -> int:
     return sum(1 for n in ctx.topology if _scope_value(ctx, n, scope) == value)
 
 
+def _by_finding(alerts: list[AlertView]) -> list[tuple[str, list[AlertView]]]:
+    """The alerts by what they found (rule, and XID for a rule of many), in a stable order."""
+    by: dict[str, list[AlertView]] = defaultdict(list)
+    for a in alerts:
+        by[a.finding].append(a)
+    return sorted(by.items())
+
+
 def topology_groups(alerts: list[AlertView], ctx: Context) -> tuple[list[Group], list[AlertView]]:
     """Rules that fired on k of n nodes of a rack, domain or leaf within WINDOW_S (judged in the scope its
     category points to first); and what is left."""
     out: list[Group] = []
     left: list[AlertView] = []
-    by_rule: dict[str, list[AlertView]] = defaultdict(list)
-    for a in alerts:
-        by_rule[a.finding].append(a)
-    for rule, got in sorted(by_rule.items()):
+    for rule, got in _by_finding(alerts):
         rest = got
         for scope in SCOPE_ORDER.get(got[0].category, DEFAULT_ORDER):
             rest = _fold_scope(rule, rest, ctx, scope, out)
@@ -117,10 +122,7 @@ def node_groups(alerts: list[AlertView]) -> tuple[list[Group], list[AlertView]]:
     """The same finding on several GPUs of one node within WINDOW_S; and what is left."""
     out: list[Group] = []
     left: list[AlertView] = []
-    by_rule: dict[str, list[AlertView]] = defaultdict(list)
-    for a in alerts:
-        by_rule[a.finding].append(a)
-    for rule, got in sorted(by_rule.items()):
+    for rule, got in _by_finding(alerts):
         left.extend(_fold_node(rule, got, out))
     return out, left
 
@@ -174,10 +176,7 @@ def driver_groups(alerts: list[AlertView], ctx: Context) -> tuple[list[Group], l
         return [], alerts
     out: list[Group] = []
     left: list[AlertView] = []
-    by_rule: dict[str, list[AlertView]] = defaultdict(list)
-    for a in alerts:
-        by_rule[a.finding].append(a)
-    for rule, got in sorted(by_rule.items()):
+    for rule, got in _by_finding(alerts):
         by_ver: dict[str | None, list[AlertView]] = defaultdict(list)
         for a in got:
             by_ver[ctx.drivers.get(a.node)].append(a)
