@@ -8,16 +8,8 @@ Field names and ids are from fixtures/samples/nvml-dcgm-facts.md (dcgm_fields.h 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True, slots=True)
-class MetricDef:
-    name: str
-    kind: str  # gauge | counter
-    unit: str
-    help: str
-
+from fleettool.metrics_def import MetricDef
 
 _DEFS = [
     MetricDef("gpu_temp_c", "gauge", "celsius", "GPU core temperature"),
@@ -146,6 +138,11 @@ _DEFS = [
         "XIDs dropped as reported by both NVML's event API and the kernel log",
     ),
 ]
+
+from fleettool.metrics_fabric import FABRIC_DEFS, IB_COUNTER_METRICS  # noqa: E402
+
+_DEFS.extend(FABRIC_DEFS)
+__all__ = ["IB_COUNTER_METRICS", "MetricDef"]
 
 METRICS: dict[str, MetricDef] = {d.name: d for d in _DEFS}
 

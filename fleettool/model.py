@@ -22,6 +22,7 @@ class Category(str, enum.Enum):
     STRAGGLER = "straggler"
     GPU_LOST = "gpu-lost"
     NCCL = "nccl"
+    NIC = "nic"  # InfiniBand / RoCE ports, cables and NICs
     BURNIN = "burnin"
     AGENT = "agent"
 
@@ -56,6 +57,7 @@ class EventKind(str, enum.Enum):
     GPU_ANNOUNCE = "gpu-announce"
     NVML_ERROR = "nvml-error"
     NVML_EVENT = "nvml-event"
+    NIC = "nic"  # a NIC driver (mlx5) kernel line
     AGENT = "agent"
 
 

@@ -271,6 +271,8 @@ LAYERS: list[set[str]] = [
         "fleettool.units",
         "fleettool.model",
         "fleettool.metrics",
+        "fleettool.metrics_def",
+        "fleettool.metrics_fabric",
         "fleettool.rules",
         "fleettool.runbooks",
     },

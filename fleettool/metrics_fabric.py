@@ -1,0 +1,67 @@
+"""The fabric's metrics: the NVLink domain (NVML fabric info) and InfiniBand / RoCE ports (sysfs), part of
+metrics.METRICS. Sub-entities: `sub=port=<device>/<port>` for a port, `sub=device=<device>` for an RDMA device,
+`sub=netdev=<name>` for a network interface; `gpu` is None for all but the NVLink series."""
+
+from __future__ import annotations
+
+from fleettool.metrics_def import MetricDef
+
+FABRIC_DEFS: list[MetricDef] = [
+    # the NVLink domain (NVML nvmlDeviceGetGpuFabricInfoV; per GPU)
+    MetricDef(
+        "nvlink_fabric_state",
+        "gauge",
+        "enum",
+        "NVML GPU fabric state (0 n/a, 1 not started, 2 in progress, 3 done)",
+    ),
+    MetricDef("nvlink_fabric_status", "gauge", "code", "NVML return code of the fabric probe (0 success)"),
+    MetricDef("nvlink_fabric_health_mask", "gauge", "bitmask", "NVML GPU fabric health mask"),
+    MetricDef("nvlink_fabric_clique_id", "gauge", "id", "NVML GPU fabric clique ID"),
+    MetricDef("nvlink_links_active", "gauge", "links", "NVLinks of this GPU that are active"),
+    # InfiniBand / RoCE ports (sysfs /sys/class/infiniband; gpu is None, sub=port=<device>/<port>)
+    MetricDef(
+        "ib_port_state", "gauge", "enum", "IB port state (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)"
+    ),
+    MetricDef(
+        "ib_port_phys_state", "gauge", "enum", "IB port physical state (2 Polling, 3 Disabled, 5 LinkUp, ...)"
+    ),
+    MetricDef("ib_port_rate_gbps", "gauge", "Gb/s", "IB port rate"),
+    MetricDef("ib_port_width_lanes", "gauge", "lanes", "IB port width (the 4 of 4X)"),
+    MetricDef(
+        "ib_port_link_layer", "gauge", "enum", "IB port link layer (1 InfiniBand, 2 Ethernet/RoCE, 0 other)"
+    ),
+    MetricDef("ib_device_present", "gauge", "bool", "The RDMA device is in sysfs (sub=device=<device>)"),
+    MetricDef(
+        "net_carrier_changes_total", "counter", "changes", "Carrier changes of a netdev (sub=netdev=<name>)"
+    ),
+]
+
+# IB port counters kept as counters (sub=port=<device>/<port>), by their sysfs file under ports/<n>/: the legacy
+# PortCounters error counters (IBTA v1.3 table 247) and mlx5's hw_counters of transport errors. Data and packet
+# counters are left out: they change every read and no rule judges them.
+IB_COUNTER_METRICS: dict[str, str] = {
+    "counters/symbol_error": "ib_symbol_error_total",
+    "counters/link_error_recovery": "ib_link_error_recovery_total",
+    "counters/link_downed": "ib_link_downed_total",
+    "counters/port_rcv_errors": "ib_port_rcv_errors_total",
+    "counters/port_rcv_remote_physical_errors": "ib_port_rcv_remote_physical_errors_total",
+    "counters/port_rcv_switch_relay_errors": "ib_port_rcv_switch_relay_errors_total",
+    "counters/port_xmit_discards": "ib_port_xmit_discards_total",
+    "counters/port_xmit_constraint_errors": "ib_port_xmit_constraint_errors_total",
+    "counters/port_rcv_constraint_errors": "ib_port_rcv_constraint_errors_total",
+    "counters/local_link_integrity_errors": "ib_local_link_integrity_errors_total",
+    "counters/excessive_buffer_overrun_errors": "ib_excessive_buffer_overrun_errors_total",
+    "counters/VL15_dropped": "ib_vl15_dropped_total",
+    "counters/port_xmit_wait": "ib_port_xmit_wait_total",
+    "hw_counters/rnr_nak_retry_err": "ib_rnr_nak_retry_err_total",
+    "hw_counters/local_ack_timeout_err": "ib_local_ack_timeout_err_total",
+    "hw_counters/out_of_buffer": "ib_out_of_buffer_total",
+    "hw_counters/out_of_sequence": "ib_out_of_sequence_total",
+    "hw_counters/packet_seq_err": "ib_packet_seq_err_total",
+    "hw_counters/req_cqe_error": "ib_req_cqe_error_total",
+    "hw_counters/resp_cqe_error": "ib_resp_cqe_error_total",
+}
+FABRIC_DEFS.extend(
+    MetricDef(m, "counter", "errors" if "xmit_wait" not in m else "ticks", f"IB port {f.split('/')[1]} ({f})")
+    for f, m in IB_COUNTER_METRICS.items()
+)
