@@ -43,6 +43,8 @@ class CollectorConfig:
     kmsg: str = "auto"  # --kmsg: auto, kmsg, journal, off, or a path
     dcgm_url: str = "off"  # --dcgm-exporter: the URL to scrape, or off
     kmsg_resume: KmsgResume | None = None  # where the store left off in this boot's kernel log
+    sysfs_root: str = "/sys"  # --sysfs-root: stands in for /sys (node_exporter's --path.sysfs)
+    fabric_exclude: tuple[str, ...] = ()  # --fabric-exclude: fnmatch patterns on <device> or <device>/<port>
 
 
 Factory = Callable[[CollectorConfig], Collector | None]
@@ -132,3 +134,4 @@ def build(cfg: CollectorConfig, selected: Iterable[str]) -> list[Collector]:
 register_collector("nvml", True, "fleettool.collectors.nvml:from_config")
 register_collector("kmsg", True, "fleettool.collectors.kmsg:from_config")
 register_collector("dcgm-exporter", True, "fleettool.collectors.dcgm_exporter:from_config")
+register_collector("fabric", True, "fleettool.collectors.fabric:from_config")

@@ -41,6 +41,24 @@ NoCollectorOpt = Annotated[
     typer.Option("--no-collector", metavar="NAME", help=f"disable a collector by id (repeatable): {_NAMES}"),
 ]
 DCGM_URL = "http://localhost:9400/metrics"
+SysfsRootOpt = Annotated[
+    str,
+    typer.Option(
+        "--sysfs-root",
+        metavar="DIR",
+        help="stands in for /sys (node_exporter's --path.sysfs): the fabric collector reads the InfiniBand/RoCE "
+        "ports under DIR/class/infiniband",
+    ),
+]
+FabricExcludeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--fabric-exclude",
+        metavar="PATTERN",
+        help="ports the fabric collector skips (repeatable; fnmatch on DEVICE or DEVICE/PORT, e.g. mlx5_bond_* "
+        "for a management NIC); each is named once in an event",
+    ),
+]
 RECORD_DEFAULTS = ("nvml",)  # what `record` runs without --collector: the recording is the GPUs' series
 InjectOpt = Annotated[
     list[str] | None,
@@ -162,6 +180,8 @@ def register(app: typer.Typer) -> None:
         dcgm_exporter: Annotated[
             str, typer.Option(help="dcgm-exporter URL to scrape every 10 s, or off")
         ] = DCGM_URL,
+        sysfs_root: SysfsRootOpt = "/sys",
+        fabric_exclude: FabricExcludeOpt = None,
         rules: RulesOpt = None,
         no_builtin_rules: NoBuiltinRulesOpt = False,
         no_rules: Annotated[
@@ -262,6 +282,8 @@ def register(app: typer.Typer) -> None:
             known_gpus=0 if expect_gpus is not None else _known_gpus(db, name),
             kmsg=kmsg,
             dcgm_url=dcgm_exporter,
+            sysfs_root=sysfs_root,
+            fabric_exclude=tuple(fabric_exclude or ()),
             kmsg_resume=this_boot_resume(db, name) if kmsg != "off" and "kmsg" in selected else None,
         )
         collectors = _build(ccfg, selected)  # a --kmsg path that is missing is refused here

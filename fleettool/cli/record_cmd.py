@@ -12,10 +12,12 @@ from fleettool.cli.agent_cmd import (
     DCGM_URL,
     RECORD_DEFAULTS,
     CollectorOpt,
+    FabricExcludeOpt,
     GpusOpt,
     InjectOpt,
     NoCollectorOpt,
     SourceOpt,
+    SysfsRootOpt,
     _build,
     _gpu_source,
     _selected,
@@ -44,13 +46,16 @@ def register(app: typer.Typer) -> None:
         ] = None,
         collector: CollectorOpt = None,
         no_collector: NoCollectorOpt = None,
+        sysfs_root: SysfsRootOpt = "/sys",
+        fabric_exclude: FabricExcludeOpt = None,
     ) -> None:
         """Record telemetry as a recording directory: nvml.om.gz (OpenMetrics with timestamps, and the GPU
         inventory), kernel.log (the kernel's events as the driver's lines) and events.jsonl (fleettool's own
         events: NVML errors, agent health). Replays with `fleettool replay DIR`.
 
         Only the nvml collector runs unless --collector adds others (kmsg: the kernel log, found as the
-        agent's `--kmsg auto` finds it). When no selected collector can start (NVML cannot load, and nothing
+        agent's `--kmsg auto` finds it; fabric: the InfiniBand/RoCE ports under --sysfs-root, their series in
+        nvml.om.gz and the collector's notices in events.jsonl). When no selected collector can start (NVML cannot load, and nothing
         else was asked for) it gives up at once with exit 7 and the reason, writing nothing. With nvml
         selected, a recording that holds no GPU (NVML failing later, no GPU answering) is written all the same
         and exits 7.
@@ -71,6 +76,8 @@ def register(app: typer.Typer) -> None:
             interval_s=ivl,
             all_tiers_every_s=every,
             dcgm_url=DCGM_URL,
+            sysfs_root=sysfs_root,
+            fabric_exclude=tuple(fabric_exclude or ()),
         )
         collectors = _build(ccfg, selected)
         if out.exists() and not out.is_dir():
