@@ -20,6 +20,11 @@ from fleettool.model import GpuInfo, Sample, normalize_pci_bus_id
 
 HOST_LABELS = ("Hostname", "hostname", "host", "node", "instance_hostname")
 UUID_LABELS = ("UUID", "uuid", "gpu_uuid")
+OWN_SUB_LABELS = (
+    "port",
+    "device",
+    "netdev",
+)  # the sub keys of fleettool's own fabric series (metrics_fabric)
 
 
 @dataclass
@@ -81,6 +86,8 @@ def map_series(
         sub = f"link={labels.get('link', labels.get('nvlink'))}"
     elif "collector" in labels:
         sub = f"collector={labels['collector']}"
+    elif metric is not None and name.startswith(OWN_PREFIX):  # fabric series: port=mlx5_0/1, device=, netdev=
+        sub = next((f"{k}={labels[k]}" for k in OWN_SUB_LABELS if k in labels), "")
     if labels.get("GPU_I_ID"):
         sub = f"mig={labels['GPU_I_ID']}" + (f"/{labels['GPU_CI_ID']}" if labels.get("GPU_CI_ID") else "")
     info = None
