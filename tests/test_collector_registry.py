@@ -22,7 +22,7 @@ from fleettool.store import Store
 from tests.conftest import H200, ROOT, run_cli
 from tests.gemm_load_collector import from_config
 
-BUILTIN = ["nvml", "kmsg", "dcgm-exporter"]
+BUILTIN = ["nvml", "kmsg", "dcgm-exporter", "fabric"]
 
 
 # the one registry line, as it would stand at the end of collectors/registry.py
@@ -38,10 +38,11 @@ def gemm_registered(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_builtins_are_registered_in_run_order_all_on_by_default() -> None:
     assert registry.names() == BUILTIN
     assert registry.select() == BUILTIN
-    assert registry.select(disable=["kmsg"]) == ["nvml", "dcgm-exporter"]
+    assert registry.select(disable=["kmsg"]) == ["nvml", "dcgm-exporter", "fabric"]
     assert registry.select(defaults=["nvml"], enable=["kmsg"]) == ["nvml", "kmsg"]
     with pytest.raises(
-        registry.UnknownCollector, match=r"unknown collector nope \(one of dcgm-exporter, kmsg, nvml\)"
+        registry.UnknownCollector,
+        match=r"unknown collector nope \(one of dcgm-exporter, fabric, kmsg, nvml\)",
     ):
         registry.select(disable=["nope"])
     with pytest.raises(ValueError, match="already registered"):
@@ -55,7 +56,10 @@ def test_factories_read_the_config_and_say_when_off(tmp_path: Path) -> None:
     )
     assert [c.id for c in on] == BUILTIN
     off = CollectorConfig("n", gpu_source=None, kmsg="off", dcgm_url="off")
-    assert registry.build(off, BUILTIN) == []
+    # the fabric collector has no "off" value (--no-collector fabric): its factory checks --sysfs-root
+    assert [c.id for c in registry.build(off, BUILTIN)] == ["fabric"]
+    with pytest.raises(registry.CollectorConfigError, match="--sysfs-root"):
+        registry.build(CollectorConfig("n", sysfs_root=str(tmp_path / "nope")), ["fabric"])
     with pytest.raises(registry.CollectorConfigError, match="--kmsg"):
         registry.build(CollectorConfig("n", kmsg=str(tmp_path / "missing.log")), ["kmsg"])
     (nvml,) = registry.build(
@@ -67,11 +71,18 @@ def test_factories_read_the_config_and_say_when_off(tmp_path: Path) -> None:
 def test_a_registered_collector_is_selected_built_and_run_like_any_other(gemm_registered: None) -> None:
     assert registry.names() == [*BUILTIN, "gemm-load"]
     assert "gemm-load" not in registry.select()  # registered off by default
-    assert registry.select(enable=["gemm-load"], disable=["kmsg", "dcgm-exporter"]) == ["nvml", "gemm-load"]
-    with pytest.raises(registry.UnknownCollector, match="one of dcgm-exporter, gemm-load, kmsg, nvml"):
+    assert registry.select(enable=["gemm-load"], disable=["kmsg", "dcgm-exporter", "fabric"]) == [
+        "nvml",
+        "gemm-load",
+    ]
+    with pytest.raises(
+        registry.UnknownCollector, match="one of dcgm-exporter, fabric, gemm-load, kmsg, nvml"
+    ):
         registry.check_names(["gemm"])
     cfg = CollectorConfig("gpu-17", gpu_source=FakeSource(gpus=1, recording=H200 / "nvml.om.gz"))
-    collectors = registry.build(cfg, registry.select(enable=["gemm-load"], disable=["kmsg", "dcgm-exporter"]))
+    collectors = registry.build(
+        cfg, registry.select(enable=["gemm-load"], disable=["kmsg", "dcgm-exporter", "fabric"])
+    )
     assert [c.id for c in collectors] == ["nvml", "gemm-load"]
     got: list[Sample] = []
     t = iter(float(1_800_000_000 + k) for k in range(100))
@@ -116,7 +127,7 @@ def test_the_flags_list_the_registry(tmp_path: Path) -> None:
         assert _help_names(text, "--no-collector") == BUILTIN, cmd
     r = run_cli("agent", "--collector", "gpu", "--db", str(tmp_path / "never.duckdb"))
     assert r.returncode == 2 and r.stderr.splitlines() == [
-        "fleettool: agent: Invalid value for --collector: unknown collector gpu (one of dcgm-exporter, kmsg, nvml) "
+        "fleettool: agent: Invalid value for --collector: unknown collector gpu (one of dcgm-exporter, fabric, kmsg, nvml) "
         "(see 'fleettool agent --help')"
     ]
     assert not (tmp_path / "never.duckdb").exists()
@@ -146,7 +157,18 @@ def test_agent_runs_a_registered_collector_when_asked_and_not_otherwise(tmp_path
     picks, gemm, nvml, ids = RUNS[run]
     assert _help_names(_with_plugin("agent", "--help").stdout, "--collector") == [*BUILTIN, "gemm-load"]
     db = tmp_path / "a.duckdb"
-    fake = ("--source", "fake", "--kmsg", "off", "--dcgm-exporter", "off", "--no-rules", "-q")
+    fake = (
+        "--source",
+        "fake",
+        "--kmsg",
+        "off",
+        "--dcgm-exporter",
+        "off",
+        "--no-collector",
+        "fabric",
+        "--no-rules",
+        "-q",
+    )
     r = _with_plugin("agent", *fake, "--interval", "0.2s", "--duration", "1s", "--db", str(db), *picks)
     assert r.returncode == 0, r.stderr
     with Store(db, read_only=True) as s:
