@@ -305,7 +305,9 @@ FAKE = ("--source", "fake", "--gpus", "1", "--kmsg", "off", "--dcgm-exporter", "
 
 def _rows(db: Path, where: str = "metric LIKE 'ib_%' OR metric LIKE 'net_%'") -> list[tuple[object, ...]]:
     with Store(db, read_only=True) as s:
-        rows = s.query(f"SELECT epoch(ts), node, gpu, metric, sub, value FROM samples WHERE {where} ORDER BY ALL")
+        rows = s.query(
+            f"SELECT epoch(ts), node, gpu, metric, sub, value FROM samples WHERE {where} ORDER BY ALL"
+        )
     return [tuple(r.values()) for r in rows]
 
 
