@@ -88,7 +88,7 @@ class PortFiles:
     device: str
     port: int
     path: str
-    counter_files: dict[str, str] | None = None  # key -> path; None until the first counter read
+    counter_files: dict[str, Path] | None = None  # key -> path (made once); None until the first counter read
 
     @property
     def key(self) -> str:
@@ -222,8 +222,8 @@ class FabricCollector:
                 port.link_layer = text
         return port
 
-    def _list_counters(self, pf: PortFiles) -> dict[str, str]:
-        files: dict[str, str] = {}
+    def _list_counters(self, pf: PortFiles) -> dict[str, Path]:
+        files: dict[str, Path] = {}
         for sub in ("counters", "hw_counters"):
             try:
                 names = [e.name for e in os.scandir(f"{pf.path}/{sub}")]
@@ -231,7 +231,7 @@ class FabricCollector:
                 continue
             files.update(
                 {
-                    f"{sub}/{n}": f"{pf.path}/{sub}/{n}"
+                    f"{sub}/{n}": Path(f"{pf.path}/{sub}/{n}")
                     for n in sorted(names)
                     if f"{sub}/{n}" in IB_COUNTER_METRICS
                 }
@@ -246,7 +246,7 @@ class FabricCollector:
                 c = Counter(None, "invalid argument (EINVAL): not read again until the agent restarts")
             else:
                 self._inflight = f"read {path}"
-                c = read_counter(Path(path))
+                c = read_counter(path)
                 self.reads += 1
             sub, _, name = key.partition("/")
             (port.counters if sub == "counters" else port.hw_counters)[name] = c

@@ -15,6 +15,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
+
 from fleettool.collectors.base import Collected
 from fleettool.formats.ib_sysfs import IbPort
 from fleettool.model import Event, EventKind
@@ -47,8 +50,8 @@ class Notices:
     def clear(self, key: str) -> None:
         self.said.discard(key)
 
-    def is_blocked(self, path: str) -> bool:
-        return path in self.blocked
+    def is_blocked(self, path: str | Path) -> bool:
+        return str(path) in self.blocked
 
     def skipped(self, out: Collected, now: float, name: str, why: str) -> None:
         self.once(out, now, f"skip:{name}", f"{name} not watched: {why}")
@@ -69,13 +72,13 @@ class Notices:
             return
         self.once(out, now, k, f"netdev {netdev} carrier_changes unreadable: {why}", file=path, reason=why)
 
-    def counters(self, out: Collected, now: float, port: IbPort, files: dict[str, str]) -> None:
+    def counters(self, out: Collected, now: float, port: IbPort, files: Mapping[str, Path]) -> None:
         """The notices of one port's counter read (`files`: `counters/<name>` -> path)."""
         unreadable: dict[str, list[str]] = {}  # reason -> keys not yet reported
         for d, counters in (("counters", port.counters), ("hw_counters", port.hw_counters)):
             for name, c in counters.items():
                 key = f"{d}/{name}"
-                path = files.get(key, key)
+                path = str(files[key]) if key in files else key
                 if c.value is None:
                     why = c.reason or "unreadable"
                     if "EINVAL" in why and path not in self.blocked:
@@ -92,7 +95,7 @@ class Notices:
                 self._reset(out, now, port.key, key, path, c.value)
         for why, keys in unreadable.items():
             msg = f"{port.key} {', '.join(keys)} unreadable ({why}): unknown, not 0"
-            out.events.append(self._event(now, msg, files=[files.get(k, k) for k in keys], reason=why))
+            out.events.append(self._event(now, msg, files=[str(files.get(k, k)) for k in keys], reason=why))
 
     def _saturation(
         self, out: Collected, now: float, port: str, key: str, path: str, value: int, saturated: bool
