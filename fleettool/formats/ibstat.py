@@ -15,7 +15,15 @@ from fleettool.formats.errors import ParseIssue
 from fleettool.formats.ib_sysfs import PHYS_STATES, PORT_STATES, IbPort, parse_numbered, parse_rate
 
 # ibstat's words (infiniband-diags ibstat.c port_state_str / port_phy_state_str) -> the sysfs numbers.
-_STATE_WORDS = {"down": 1, "initializing": 2, "init": 2, "armed": 3, "active": 4, "active_defer": 5}
+_STATE_WORDS = {
+    "down": 1,
+    "initializing": 2,
+    "initialize": 2,
+    "init": 2,
+    "armed": 3,
+    "active": 4,
+    "active_defer": 5,
+}
 _PHYS_WORDS = {name.lower(): num for num, name in PHYS_STATES.items()} | {
     "polling": 2,
     "disabled": 3,
@@ -40,7 +48,7 @@ def _panic(line: str, path: str, lineno: int) -> ParseIssue | None:
     return None
 
 
-def _set_state(port: IbPort, word: str) -> None:
+def set_state(port: IbPort, word: str) -> None:
     num, name = parse_numbered(word)
     if num is None:
         num = _STATE_WORDS.get(word.strip().lower())
@@ -48,7 +56,7 @@ def _set_state(port: IbPort, word: str) -> None:
     port.state_name = PORT_STATES.get(num, name) if num is not None else name
 
 
-def _set_phys(port: IbPort, word: str) -> None:
+def set_phys(port: IbPort, word: str) -> None:
     num, name = parse_numbered(word)
     if num is None:
         num = _PHYS_WORDS.get(word.strip().lower())
@@ -131,9 +139,9 @@ def _parse(d: _Dialect, text: str, path: str) -> tuple[list[IbPort], list[ParseI
             continue
         field, value = d.keys.get(m.group(1).strip().lower()), m.group(2)
         if field == "state":
-            _set_state(port, value)
+            set_state(port, value)
         elif field == "phys":
-            _set_phys(port, value)
+            set_phys(port, value)
         elif field == "rate":
             _set_rate(port, value, path, lineno, issues)
         elif field == "layer":
