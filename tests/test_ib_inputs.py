@@ -6,6 +6,7 @@ collector would store them; node_exporter's node_infiniband_* series mapped onto
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import io
 import json
@@ -110,11 +111,16 @@ def test_two_ibstat_snapshots_an_hour_apart_give_the_port_4_to_1(tmp_path: Path)
     assert {n for n, *_ in _rows(db)} == {"gpu-17"}
 
 
-def test_a_device_gone_from_the_second_snapshot_reads_absent(tmp_path: Path) -> None:
+@pytest.mark.parametrize("first", ["earlier", "later"])
+def test_a_device_gone_from_the_second_snapshot_reads_absent(tmp_path: Path, first: str) -> None:
+    """Files are read in path order: whichever snapshot is read first, the answer is the same."""
     rec = tmp_path / "rec"
     rec.mkdir()
-    (rec / f"a-{T0}").write_bytes((IBSTAT / "ibstat.47.0.h100.all.active.0").read_bytes())
-    (rec / f"b-{T1}").write_bytes((IBSTAT / "ibstat.47.0.h100.all.active.0.fault-mlx5_10-gone").read_bytes())
+    a, b = ("a", "b") if first == "earlier" else ("b", "a")
+    (rec / f"{a}-{T0}").write_bytes((IBSTAT / "ibstat.47.0.h100.all.active.0").read_bytes())
+    (rec / f"{b}-{T1}").write_bytes(
+        (IBSTAT / "ibstat.47.0.h100.all.active.0.fault-mlx5_10-gone").read_bytes()
+    )
     db = tmp_path / "t.duckdb"
     _replay(rec, db, "--node", "gpu-17")
     assert _series(db, "ib_device_present", "device=mlx5_10") == [("10:00", 1.0), ("11:00", 0.0)]
@@ -157,7 +163,10 @@ def test_h100_tarball_stores_what_read_ib_sysfs_of_the_directory_gives(
     assert any("link_downed: saturated at 255" in n for n in files[0]["notes"])
 
 
-def test_truncated_tarball_is_one_line_exit_3_and_the_store_keeps_what_it_had(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cut", ["half", "gzip-trailer", "tar-at-a-member-edge"])
+def test_truncated_tarball_is_one_line_exit_3_and_the_store_keeps_what_it_had(
+    tmp_path: Path, cut: str
+) -> None:
     db = tmp_path / "t.duckdb"
     first = tmp_path / "first"
     first.mkdir()
@@ -167,12 +176,21 @@ def test_truncated_tarball_is_one_line_exit_3_and_the_store_keeps_what_it_had(tm
     rec = tmp_path / "rec"
     rec.mkdir()
     whole = _tarball(H100, tmp_path / "whole.tgz").read_bytes()
-    cut = rec / f"ib-{T1}.tgz"
-    cut.write_bytes(whole[: len(whole) // 2])
+    bad = rec / f"ib-{T1}.tgz"
+    if cut == "half":
+        bad.write_bytes(whole[: len(whole) // 2])
+    elif cut == "gzip-trailer":  # all the tar, but the gzip stream does not end
+        bad.write_bytes(whole[:-8])
+    else:  # a plain tar cut between two members: tarfile alone would read a smaller tree
+        tar = gzip.decompress(whole)
+        with tarfile.open(fileobj=io.BytesIO(tar)) as tf:
+            edge = tf.getmembers()[len(tf.getmembers()) // 2].offset
+        bad = rec / f"ib-{T1}.tar"
+        bad.write_bytes(tar[:edge])
     out = _replay(rec, db, "--node", "gpu-17", ok=False)
     assert out["_rc"] == 3
     lines = [ln for ln in str(out["_stderr"]).splitlines() if ln.strip()]
-    assert len(lines) == 1 and str(cut) in lines[0] and "cut short or corrupt" in lines[0], lines
+    assert len(lines) == 1 and str(bad) in lines[0] and "nothing of it was read" in lines[0], lines
     assert _rows(db) == before
 
 

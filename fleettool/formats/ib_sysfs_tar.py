@@ -7,10 +7,12 @@ inside /sys (`tar czf ib.tgz -C /sys class/infiniband`) is rooted at `class/infi
 Extraction is bounded and confined:
 - a member with an absolute path or a `..` in it, a link whose target is absolute or leaves the tree, a device
   node or fifo is not extracted, and is named with why;
-- at most MAX_MEMBERS members, MAX_MEMBER_BYTES a file and MAX_TOTAL_BYTES in all (sysfs files are a few bytes;
-  a tree of 8 CX-7 ports is about 500 files): past a bound the tarball is refused (TarRefused), nothing read;
-- a tarball that is cut short or corrupt is refused whole (TarBroken, naming the last member read): half a tree
-  would read as NICs gone from the node.
+- at most MAX_MEMBERS members, MAX_MEMBER_BYTES a file, MAX_TOTAL_BYTES in all and MAX_ARCHIVE_BYTES gunzipped
+  (sysfs files are a few bytes; a tree of 8 CX-7 ports is about 500 files): past a bound the tarball is refused
+  (TarRefused), nothing read;
+- a tarball that is cut short or corrupt is refused whole (TarBroken, saying after how many members): half a tree
+  would read as NICs gone from the node. A gzip stream must end, and the tar must end in its end-of-archive
+  blocks: a tar cut exactly between two members would otherwise read as a smaller tree.
 
 sysfs reports every file as 4096 bytes, so GNU tar pads what it read with NUL bytes ("File shrank by N bytes;
 padding with zeros"): the padding is dropped. `/sys/class/infiniband/mlx5_0` is a symlink into /sys/devices:
@@ -34,6 +36,9 @@ from fleettool.formats.ib_sysfs import IbSysfs, read_ib_sysfs
 MAX_MEMBERS = 100_000
 MAX_MEMBER_BYTES = 1 << 20
 MAX_TOTAL_BYTES = 64 << 20
+MAX_ARCHIVE_BYTES = (
+    128 << 20
+)  # the archive read into memory, gunzipped (headers and padding beside the files)
 LAYOUTS = ("sys/class/infiniband", "class/infiniband")
 
 
@@ -111,6 +116,10 @@ def _extract(tf: tarfile.TarFile, dest: Path, tree: TarTree) -> None:
             tree.skipped.append(f"{m.name}: {why}")
             continue
         out = dest / name
+        if m.isfile():  # every member's size counts, extracted or not: tar skips over a member's data too
+            total += m.size
+            if total > MAX_TOTAL_BYTES:
+                raise TarRefused(f"more than {MAX_TOTAL_BYTES >> 20} MiB of files: refused")
         if m.isdir():
             out.mkdir(parents=True, exist_ok=True)
         elif m.issym() or m.islnk():
@@ -138,9 +147,6 @@ def _extract(tf: tarfile.TarFile, dest: Path, tree: TarTree) -> None:
             if m.size > MAX_MEMBER_BYTES:
                 tree.skipped.append(f"{m.name}: {m.size} bytes, more than a sysfs file holds: not extracted")
                 continue
-            total += m.size
-            if total > MAX_TOTAL_BYTES:
-                raise TarRefused(f"more than {MAX_TOTAL_BYTES >> 20} MiB of files: refused")
             f = tf.extractfile(m)
             data = f.read(MAX_MEMBER_BYTES) if f is not None else b""
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -154,21 +160,49 @@ def _extract(tf: tarfile.TarFile, dest: Path, tree: TarTree) -> None:
             tree.skipped.append(f"{m.name}: a device node or fifo: not extracted")
 
 
+def _archive(path: str | os.PathLike[str]) -> bytes:
+    """The tar archive's bytes, gunzipped, whole: a gzip stream that does not end (cut short) or is corrupt is
+    TarBroken; past MAX_ARCHIVE_BYTES, TarRefused."""
+    p = Path(path)
+    if p.stat().st_size > MAX_ARCHIVE_BYTES:
+        raise TarRefused(f"{p.stat().st_size} bytes: more than a saved sysfs tree (refused)")
+    raw = p.read_bytes()
+    if raw[:2] != b"\x1f\x8b":
+        return raw
+    d = zlib.decompressobj(31)
+    try:
+        out = d.decompress(raw, MAX_ARCHIVE_BYTES + 1)
+    except zlib.error as e:
+        raise TarBroken(f"corrupt gzip data ({e}): nothing of it was read") from e
+    if len(out) > MAX_ARCHIVE_BYTES:
+        raise TarRefused(f"decompresses past {MAX_ARCHIVE_BYTES >> 20} MiB: refused (a gzip bomb?)")
+    if not d.eof:
+        raise TarBroken(f"gzip stream cut short after {len(out)} bytes of tar: nothing of it was read")
+    return out
+
+
 def read_ib_tarball(path: str | os.PathLike[str]) -> TarTree:
     """Extract the tarball at `path` (plain or gzip) into a temporary directory and read its ports.
 
-    Raises TarBroken for a tarball cut short or corrupt, TarRefused past a bound, and ValueError when it holds no
-    `[sys/]class/infiniband` tree."""
+    Raises TarBroken for a tarball cut short or corrupt (a gzip stream that does not end, a member cut, no
+    end-of-archive blocks: a tar cut at a member's edge reads as a shorter tree, so the end is checked),
+    TarRefused past a bound, and ValueError when it holds no `[sys/]class/infiniband` tree."""
+    data = _archive(path)
     with tempfile.TemporaryDirectory(prefix="fleettool-ibtar-") as tmp:
         dest = Path(tmp)
         tree = TarTree(IbSysfs(), "")
         try:
-            with tarfile.open(path, mode="r:*") as tf:
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tf:
                 _extract(tf, dest, tree)
-        except (tarfile.ReadError, tarfile.CompressionError, EOFError, zlib.error) as e:
+                end = tf.offset
+        except (tarfile.ReadError, EOFError) as e:
             raise TarBroken(
-                f"tarball cut short or corrupt after {tree.members} members ({e}): nothing of it was read"
+                f"tar cut short or corrupt after {tree.members} members ({e}): nothing of it was read"
             ) from e
+        if len(data) < end + 1024 or data[end : end + 1024].strip(b"\0"):
+            raise TarBroken(
+                f"no end-of-archive blocks after {tree.members} members: cut short; nothing of it was read"
+            )
         names = [str(p.relative_to(dest)) for p in dest.rglob("*")]
         lay = layout_of(names)
         if lay is None:
@@ -176,7 +210,8 @@ def read_ib_tarball(path: str | os.PathLike[str]) -> TarTree:
         tree.layout = lay
         root = dest / "sys" if lay.startswith("sys/") else dest
         base = root / "class" / "infiniband"
-        for entry in sorted(base.iterdir(), key=lambda p: p.name):
+        entries = sorted(base.iterdir(), key=lambda p: p.name) if base.is_dir() else []
+        for entry in entries:
             if entry.is_symlink() and not entry.exists():
                 tree.dangling.append(f"{entry.name} -> {os.readlink(entry)}")
         tree.reading = read_ib_sysfs(root)

@@ -14,11 +14,13 @@ A run that failed part-way (ibpanic) keeps the ports it printed, but says nothin
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from fleettool.collectors.fabric_samples import (
     DevicePresence,
     counter_samples,
+    device_sub,
     state_samples,
     unknown_counters,
 )
@@ -61,14 +63,30 @@ def _when(path: Path, opts: IngestOptions, rep: FileReport, tool: str) -> float:
     return ts
 
 
+def _devices(subs: Iterable[object]) -> set[str]:
+    return {str(s).removeprefix("device=") for s in subs if s}
+
+
 def _presence(store: Store, node: str, ts: float, ports: list[IbPort]) -> list[Sample]:
-    """ib_device_present for this snapshot: 1 for each device in it, 0 for one this node showed before `ts`."""
+    """ib_device_present for this snapshot: 1 for each device in it, 0 for one this node showed before `ts`; and
+    0 at each later snapshot already stored that lacks a device of this one (files are read in path order, not
+    time order: the answer does not depend on which was read first)."""
     rows = store.query(
-        "SELECT DISTINCT sub FROM samples WHERE node = ? AND metric = 'ib_device_present' AND epoch(ts) < ?",
-        [node, ts],
+        "SELECT epoch(ts) AS t, sub, value FROM samples WHERE node = ? AND metric = 'ib_device_present'",
+        [node],
     )
-    seen = {str(r["sub"]).removeprefix("device=") for r in rows if r["sub"]}
-    return DevicePresence(seen=seen).samples(IbSysfs(ports=ports), node, ts)
+    earlier = _devices(r["sub"] for r in rows if r["t"] < ts)
+    out = DevicePresence(seen=earlier).samples(IbSysfs(ports=ports), node, ts)
+    now = {p.device for p in ports}
+    later: dict[float, set[str]] = {}
+    for r in rows:
+        if r["t"] > ts:
+            later.setdefault(r["t"], set()).update(_devices([r["sub"]]))
+    for t, listed in sorted(later.items()):
+        out += [
+            Sample(t, node, None, None, "ib_device_present", 0.0, device_sub(d)) for d in sorted(now - listed)
+        ]
+    return out
 
 
 def _unknown_note(ports: list[IbPort], rep: FileReport) -> None:
