@@ -128,6 +128,27 @@ def test_a_device_gone_from_the_second_snapshot_reads_absent(tmp_path: Path, fir
     assert _series(db, "ib_port_state", "port=mlx5_10/1") == [("10:00", 4.0)]  # no reading, not a DOWN
 
 
+def test_a_failed_ibstat_run_keeps_its_ports_and_judges_no_presence(tmp_path: Path) -> None:
+    """ibpanic after 8 CAs: the CAs it never printed are not gone, the run stopped."""
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    (rec / f"a-{T0}").write_bytes((IBSTAT / "ibstat.47.0.h100.all.active.0").read_bytes())
+    (rec / f"b-{T1}").write_bytes((IBSTAT / "ibstat.39.0.a100.failed.ibpanic.exit-255.0").read_bytes())
+    db = tmp_path / "t.duckdb"
+    out = _replay(rec, db, "--node", "gpu-17")
+    files = out["files"]
+    assert isinstance(files, list) and files[1]["issues"] == 1
+    assert any("failed part-way" in n for n in files[1]["notes"])
+    con = duckdb.connect(str(db), read_only=True)
+    try:
+        at_t1 = con.execute(
+            "SELECT metric, count(*) FROM samples WHERE strftime(ts, '%H:%M') = '11:00' GROUP BY metric"
+        ).fetchall()
+    finally:
+        con.close()
+    assert dict(at_t1)["ib_port_state"] == 8 and "ib_device_present" not in dict(at_t1)
+
+
 def test_a_prompt_line_names_the_node(tmp_path: Path) -> None:
     rec = tmp_path / "rec"
     rec.mkdir()

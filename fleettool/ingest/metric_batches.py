@@ -80,20 +80,23 @@ class BatchIngest(MetricsIngest):
         int32 = c["int32"][sid]
         blank = val >= DCGM_FP64_BLANK
         blank |= int32 & (val >= DCGM_INT32_BLANK) & (val <= DCGM_INT32_BLANK + 15)
-        # an IB counter at its width's maximum stopped counting (saturated): unknown, not a sample
-        if c["any_saturating"]:  # only node_exporter's IB counters have a width: no cost for other files
+        # an IB counter at its width's maximum stopped counting (saturated): unknown, not a sample; only
+        # node_exporter's IB counters have a width, so other files pay nothing for it
+        saturated = None
+        if c["any_saturating"]:
             saturated = np.isfinite(val) & ((val >= c["ceiling"][sid]) | (val == c["pinned"][sid]))
             blank &= ~saturated
-        else:
-            saturated = np.zeros(len(sid), dtype=bool)
         # the parser checks timestamps: isfinite(ts) is a backstop
-        keep = mapped & ~blank & ~saturated & ~np.isnan(val) & np.isfinite(ts)
+        keep = mapped & ~blank & ~np.isnan(val) & np.isfinite(ts)
+        if saturated is not None:
+            keep &= ~saturated
         s = sid[keep]
         if len(s) != len(sid):  # some not stored: counted per series, whole arrays at a time
             finite = np.isfinite(val)
             self._tally(UNMAPPED, sid[~mapped])
             self._tally(BLANK, sid[mapped & blank & finite])
-            self._tally(SATURATED, sid[mapped & saturated])
+            if saturated is not None:
+                self._tally(SATURATED, sid[mapped & saturated])
             self._tally(NONFINITE, sid[mapped & ~keep & ~finite])
         idx = pa.array(s.astype(np.int32))
         us = np.round(ts[keep] * 1e6).astype(np.int64)
