@@ -63,6 +63,10 @@ def _when(path: Path, opts: IngestOptions, rep: FileReport, tool: str) -> float:
     return ts
 
 
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}" if k == 1 else f"{k} {word}s"
+
+
 def _devices(subs: Iterable[object]) -> set[str]:
     return {str(s).removeprefix("device=") for s in subs if s}
 
@@ -97,7 +101,7 @@ def _unknown_note(ports: list[IbPort], rep: FileReport) -> None:
     shown = "; ".join(f"{key} {name}: {why}" for key, name, why in unknown[:NOTES_SHOWN])
     more = len(unknown) - NOTES_SHOWN
     rep.notes.append(
-        f"{len(unknown)} counters unknown, not stored (never read as 0): {shown}"
+        f"{_n(len(unknown), 'counter')} unknown, not stored (never read as 0): {shown}"
         + (f" ({more} more)" if more > 0 else "")
     )
 
@@ -177,12 +181,12 @@ def read_iblinkinfo(store: Store, path: Path, opts: IngestOptions, rep: FileRepo
     rep.issues.extend(issues)
     if info.switch_ports:
         rep.notes.append(
-            f"{info.switch_ports} switch ports not stored (fleettool keeps the hosts' own HCA ports)"
+            f"{_n(info.switch_ports, 'switch port')} not stored (fleettool keeps the hosts' own HCA ports)"
         )
     if info.nameless:
         shown = ", ".join(repr(d) for d in info.nameless[:NOTES_SHOWN])
         rep.notes.append(
-            f"{len(info.nameless)} CAs whose node description names no host ({shown}): not stored"
+            f"{_n(len(info.nameless), 'CA')} whose node description names no host ({shown}): not stored"
         )
     if not info.hosts:
         if not issues and not info.switch_ports and not info.nameless:
