@@ -473,3 +473,16 @@ def test_node_exporter_scrape_maps_like_the_saved_body(exporter: str) -> None:
     ib = {(s.metric, s.sub, s.value) for s in got.samples if s.metric != "net_carrier_changes_total"}
     assert ib == _node_exporter_want()
     assert all(s.gpu is None and s.node == "gpu-9" for s in got.samples)
+
+
+def test_iblinkinfo_one_line_layout_reads_the_same_port() -> None:
+    """`iblinkinfo -l` puts each node's GUID and description on every port line; this line is the ArchWiki
+    fixture's `hostname mlx4_0` port written in that layout (constructed here: no real -l capture was found)."""
+    line = (
+        '0x0002c90300002f79 "                hostname mlx4_0"      3    1[  ] ==( 4X           5.0 Gbps Active/  LinkUp)==>'
+        '  0x0002c90300002779      4    1[  ] "MT25408 ConnectX Mellanox Technologies" ( )\n'
+    )
+    info, issues = parse_iblinkinfo(line, "l")
+    assert issues == []
+    (port,) = info.hosts["hostname"]
+    assert (port.key, port.state, port.phys_state, port.rate_gbps) == ("mlx4_0/1", 4, 5, 20.0)
