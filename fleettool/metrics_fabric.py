@@ -12,7 +12,7 @@ FABRIC_DEFS: list[MetricDef] = [
         "nvlink_fabric_state",
         "gauge",
         "enum",
-        "NVML GPU fabric state (0 n/a, 1 not started, 2 in progress, 3 done)",
+        "NVML GPU fabric state (0 n/a, 1 not started, 2 in progress, 3 done; DCGM adds 4 failed, 5, 6)",
     ),
     MetricDef("nvlink_fabric_status", "gauge", "code", "NVML return code of the fabric probe (0 success)"),
     MetricDef("nvlink_fabric_health_mask", "gauge", "bitmask", "NVML GPU fabric health mask"),

@@ -14,6 +14,7 @@ import pytest
 
 from fleettool.agent.topology import fetch_fabric
 from fleettool.collectors.nvml import NvmlCollector
+from fleettool.collectors.series_map import ScrapeMapper
 from fleettool.engine.evaluate import evaluate, write_alerts
 from fleettool.engine.rules import load_rules
 from fleettool.model import Sample
@@ -177,3 +178,38 @@ def test_gpus_outside_a_fabric_raise_no_nvlink_alert(tmp_path: Path) -> None:
     src = FakeSource(gpus=2, clock=T0, nvlinks=0, fabric=load_fabric(FABRIC / "h100-hbm3-not-supported.json"))
     samples, _ = _run(src, 1200, step=60)
     assert _alerts(tmp_path, samples) == []
+
+
+# dcgm-exporter's exposition of the fabric and IMEX fields (dcgm_fields.h 170-174, 1502-1503), in its GPU
+# template's label order (nvml-dcgm-facts.md section 11): gb-07's GPU 0 in its fabric, GPU 1 registration failed;
+# DCGM's int64 blank (9223372036854775792) where a field has no value; the string fields as labels only.
+SCRAPE = """# HELP DCGM_FI_DEV_FABRIC_MANAGER_STATUS The status of the fabric manager
+# TYPE DCGM_FI_DEV_FABRIC_MANAGER_STATUS gauge
+DCGM_FI_DEV_FABRIC_MANAGER_STATUS{gpu="0",UUID="GPU-24fb92fc-15ec-deff-a5c1-82b48e063f59",pci_bus_id="00000008:01:00.0",device="nvidia0",modelName="NVIDIA GB200",Hostname="gb-07",DCGM_FI_DEV_FABRIC_CLUSTER_UUID="9c6f5af3-53bf-49b5-a436-b66766c413c3",DCGM_FI_IMEX_DOMAIN_STATUS="UP"} 3
+DCGM_FI_DEV_FABRIC_MANAGER_STATUS{gpu="1",UUID="GPU-5a889549-86cd-3b1b-685e-24042771850c",pci_bus_id="00000009:01:00.0",device="nvidia1",modelName="NVIDIA GB200",Hostname="gb-07",DCGM_FI_DEV_FABRIC_CLUSTER_UUID="",DCGM_FI_IMEX_DOMAIN_STATUS="UP"} 4
+# TYPE DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE gauge
+DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE{gpu="0",UUID="GPU-24fb92fc-15ec-deff-a5c1-82b48e063f59",Hostname="gb-07"} 0
+DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE{gpu="1",UUID="GPU-5a889549-86cd-3b1b-685e-24042771850c",Hostname="gb-07"} -11
+# TYPE DCGM_FI_DEV_FABRIC_CLIQUE_ID gauge
+DCGM_FI_DEV_FABRIC_CLIQUE_ID{gpu="0",UUID="GPU-24fb92fc-15ec-deff-a5c1-82b48e063f59",Hostname="gb-07"} 4026
+DCGM_FI_DEV_FABRIC_CLIQUE_ID{gpu="1",UUID="GPU-5a889549-86cd-3b1b-685e-24042771850c",Hostname="gb-07"} 9223372036854775792
+# TYPE DCGM_FI_DEV_FABRIC_HEALTH_MASK gauge
+DCGM_FI_DEV_FABRIC_HEALTH_MASK{gpu="0",UUID="GPU-24fb92fc-15ec-deff-a5c1-82b48e063f59",Hostname="gb-07"} 426
+# TYPE DCGM_FI_IMEX_DAEMON_STATUS gauge
+DCGM_FI_IMEX_DAEMON_STATUS{gpu="0",UUID="GPU-24fb92fc-15ec-deff-a5c1-82b48e063f59",Hostname="gb-07"} 5
+"""
+
+
+def test_dcgm_exporters_fabric_and_imex_fields_map_onto_the_same_metrics() -> None:
+    got = ScrapeMapper("gb-07", "dcgm-exporter").map(SCRAPE.encode(), T0)
+    assert got.errors == 0
+    seen = {(s.metric, s.gpu): s.value for s in got.samples}
+    assert seen == {
+        ("nvlink_fabric_state", 0): 3.0,
+        ("nvlink_fabric_state", 1): 4.0,  # dcgmFabricManagerStatus_t 4: failure
+        ("nvlink_fabric_status", 0): 0.0,
+        ("nvlink_fabric_status", 1): -11.0,  # DCGM_ST_TIMEOUT (dcgm_structs.h)
+        ("nvlink_fabric_clique_id", 0): 4026.0,  # GPU 1's blank is no reading
+        ("nvlink_fabric_health_mask", 0): 426.0,
+        ("imex_daemon_status", 0): 5.0,
+    }
