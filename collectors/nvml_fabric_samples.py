@@ -3,8 +3,9 @@
 - `fabric`: a read of its own in the slow tier (Tier.DEAR, every 60 s by default: the fabric's state, probe
   status, clique and health mask change on a fault or a fabric manager restart, not by the second). It goes
   through sources/nvml_fabric.fabric_reading, so the agent's topology refresh takes the same reading instead of
-  calling the driver again. A GPU outside a multi-node NVLink fabric (state 0, or a completed probe with an
-  all-zero cluster UUID: an H100) answers as NotSupported: learned once, asked no more, no samples, no alert.
+  calling the driver again. A GPU outside a multi-node NVLink fabric gives no samples and no alert: state 0
+  (an H100 80GB HBM3 on driver 580.159.04) is NotSupported, learned once and not asked again; a completed,
+  successful probe with an all-zero cluster UUID (meta-pytorch/torchcomms#1385) is asked again each period.
   Samples: nvlink_fabric_state (1 not started, 2 in progress, 3 completed), and once completed
   nvlink_fabric_status (the probe's NVML return code), nvlink_fabric_health_mask (where the driver's struct has
   one) and nvlink_fabric_clique_id.
@@ -39,9 +40,13 @@ def plan_reads(due: list[Tier]) -> list[str]:
 
 
 def fabric_rows(info: FabricInfo) -> list[Row]:
-    """One GPU's fabric info as rows; NotSupported for a GPU outside a multi-node NVLink fabric."""
+    """One GPU's fabric info as rows: NotSupported for state 0 (never in a fabric: not asked again); none for
+    a completed, successful probe with an all-zero UUID (outside a multi-node fabric now, asked again: on an HGX
+    H100 the fabric manager's registration can fall back to in progress, NVSentinel#889)."""
+    if info.state == 0:
+        raise NotSupported(f"NVLink fabric: {info.state_name} (no fabric on this GPU)")
     if not in_fabric(info):
-        raise NotSupported(f"NVLink fabric: {info.state_name}, cluster UUID {info.uuid} (not in a fabric)")
+        return []
     rows: list[Row] = [("nvlink_fabric_state", "", float(info.state))]
     if info.state == FABRIC_COMPLETED:  # nvml.h: status "must be checked only if state returns complete"
         rows.append(("nvlink_fabric_status", "", float(info.status)))

@@ -75,13 +75,34 @@ def test_a_gb200_in_its_fabric_gives_state_status_and_clique_each_minute() -> No
     assert not [e for e in events if "Fabric" in e]
 
 
-@pytest.mark.parametrize("fixture", ["h100-hbm3-not-supported.json", "h100-completed-zero-uuid.json"])
-def test_a_gpu_outside_a_multi_node_fabric_gives_no_samples_and_is_asked_once(fixture: str) -> None:
+@pytest.mark.parametrize(
+    ("fixture", "calls"),
+    [
+        ("h100-hbm3-not-supported.json", 2),  # state 0: once per GPU, then never again
+        ("h100-completed-zero-uuid.json", 12),  # completed outside a fabric: each minute (6 reads x 2 GPUs)
+    ],
+)
+def test_a_gpu_outside_a_multi_node_fabric_gives_no_samples(fixture: str, calls: int) -> None:
     src = CountingFake(gpus=2, clock=T0, fabric=load_fabric(FABRIC / fixture))
     samples, events = _run(src, 300)
     assert not [s for s in samples if s.metric in FABRIC_METRICS]
     assert not events  # not supported is learned, never reported
-    assert src.calls == 2  # once per GPU, then never again
+    assert src.calls == calls
+
+
+def test_an_hgx_h100_whose_registration_falls_back_is_sampled_again() -> None:
+    """NVSentinel#889: an HGX H100's fabric manager failed and its GPUs stayed "In Progress". A GPU first read
+    completed outside a multi-node fabric is asked again, so the fallback is seen."""
+    src = FakeSource(gpus=1, clock=T0, fabric=load_fabric(FABRIC / "h100-completed-zero-uuid.json"))
+    col = NvmlCollector(src, "hgx-01")
+    assert col.start()
+    try:
+        first = col.collect(T0).samples
+        src.fabric = load_fabric(FABRIC / "h100-fm-stuck-in-progress.json")
+        later = col.collect(T0 + 60).samples
+    finally:
+        col.close()
+    assert _of(first, "nvlink_fabric_state") == [] and _of(later, "nvlink_fabric_state") == [2.0]
 
 
 @pytest.mark.parametrize(
