@@ -12,12 +12,20 @@ FABRIC_DEFS: list[MetricDef] = [
         "nvlink_fabric_state",
         "gauge",
         "enum",
-        "NVML GPU fabric state (0 n/a, 1 not started, 2 in progress, 3 done)",
+        "NVML GPU fabric state (0 n/a, 1 not started, 2 in progress, 3 done; DCGM adds 4 failed, 5, 6)",
     ),
     MetricDef("nvlink_fabric_status", "gauge", "code", "NVML return code of the fabric probe (0 success)"),
     MetricDef("nvlink_fabric_health_mask", "gauge", "bitmask", "NVML GPU fabric health mask"),
     MetricDef("nvlink_fabric_clique_id", "gauge", "id", "NVML GPU fabric clique ID"),
     MetricDef("nvlink_links_active", "gauge", "links", "NVLinks of this GPU that are active"),
+    # IMEX (dcgm-exporter DCGM_FI_IMEX_DAEMON_STATUS, dcgm_fields.h 1503; `nvidia-imex-ctl -q`)
+    MetricDef(
+        "imex_daemon_status",
+        "gauge",
+        "enum",
+        "IMEX daemon status (0 initializing .. 5 ready, 6 shutting down, 7 unavailable; -1 not installed, "
+        "-2 not configured, -3 command error)",
+    ),
     # InfiniBand / RoCE ports (sysfs /sys/class/infiniband; gpu is None, sub=port=<device>/<port>)
     MetricDef(
         "ib_port_state", "gauge", "enum", "IB port state (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)"
