@@ -1,0 +1,130 @@
+"""The NIC driver's kernel lines (formats/nic_lines.py through formats/kmsg.py): each real line of fixtures/kernel-nic/
+(sources in its SOURCES.md) becomes a `nic` record with detail.what, the PCI address kept with its function; ACCESS_REG
+floods are one event per device a day with a count; a NIC line no pattern judges is counted, never dropped in
+silence; replay and the rules judge them (link up is an event that raises nothing)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleettool.formats.kmsg import KernelLogParser, parse_kernel_log
+from fleettool.formats.nic_lines import DEDUP_S
+from tests.conftest import ROOT
+
+NIC = ROOT / "fixtures" / "kernel-nic"
+
+
+def lines(name: str) -> list[str]:
+    return (NIC / name).read_text().splitlines()
+
+
+def whats(name: str, year: int = 2026) -> list[tuple[str | None, str | None]]:
+    return [(r.detail.get("what"), r.pci_bus_id) for r in parse_kernel_log(lines(name), year=year)]  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [
+        ("gpud-pstore-dmesg.txt", [("cable-unplugged", "0000:41:00.1"), ("link-up", "0000:41:00.0")]),
+        ("cx6-ocp3-x4-slot.dmesg", [("slot-power", "0000:04:00.0"), ("link-down", "0000:04:00.0")]),
+        ("gx10-module-temp.txt", [("module-temp", None), ("link-down", None)]),
+        ("cubecos-733.syslog", [("link-up", "0000:01:00.1")] * 4),
+        ("truenas-igc.syslog", [("link-down", "0000:06:00.0"), ("link-up", "0000:06:00.0")]),
+        (
+            "netdev-2020-04-14-watchdog.dmesg",
+            [("tx-timeout", None), ("tx-timeout", "0000:13:00.1"), ("tx-timeout", "0000:13:00.1")],
+        ),
+        (
+            "netdev-2020-07-09-hot-unplug.dmesg",
+            [("health-compromised", "0000:00:00.0")] * 2 + [("cmd-timeout", "0000:00:00.0")] * 7,
+        ),
+        (
+            "cx6dx-overheat.dmesg",
+            [
+                ("link-down", "0000:01:00.0"),
+                ("link-up", "0000:01:00.1"),
+                ("link-down", "0000:41:00.0"),
+                ("link-up", "0000:41:00.1"),
+                ("health-compromised", "0000:41:00.0"),
+                ("health-compromised", "0000:41:00.1"),
+                ("health-compromised", "0000:41:00.0"),
+                ("health-compromised", "0000:41:00.1"),
+            ],
+        ),
+        ("node_exporter-3434.dmesg", [("access-reg", "0000:05:00.0"), ("access-reg", "0000:05:00.1")]),
+        ("gpud-1164.syslog", [("access-reg", "0000:d2:00.0")]),
+        (
+            "arm-nas-16.dmesg",
+            [],
+        ),  # Cable plugged, "PCIe slot advertised sufficient power (75W)": nothing wrong
+    ],
+)
+def test_each_real_line_is_read_as_what_it_says(name: str, want: list[tuple[str, str | None]]) -> None:
+    assert whats(name) == want
+
+
+def test_the_fields_of_each_line() -> None:
+    recs = parse_kernel_log(lines("node-nic-faults.journal"))
+    by = {str(r.detail["what"]): r for r in recs}
+    assert all(r.kind == "nic" and r.host == "gpu-51" and r.ts is not None for r in recs)
+    assert by["slot-power"].detail["slot_watts"] == 25
+    assert by["cable-unplugged"].detail["module"] == 1
+    assert by["link-up"].detail["netdev"] == "enp65s0f0np0"
+    acc = by["access-reg"].detail
+    assert (acc["register"], acc["op_mod"], acc["status"], acc["syndrome"], acc["err"]) == (
+        "0x805",
+        "0x1",
+        "bad operation(0x2)",
+        "0x9a6171",
+        -22,
+    )
+    assert (by["cmd-timeout"].detail["command"], by["cmd-timeout"].detail["opcode"]) == ("2RST_QP", "0x50a")
+    tx = [r for r in recs if r.detail["what"] == "tx-timeout"]
+    # the old watchdog line names only eth1 (no PCI): the queue, the netdev and the driver
+    assert tx[0].detail == {"netdev": "eth1", "driver": "mlx5_core", "queue": 19, "what": "tx-timeout"}
+    assert tx[2].detail["queue"] == 19 and tx[2].pci_bus_id == "0000:13:00.1"
+
+
+def test_a_watchdog_line_that_names_only_the_netdev_takes_the_pci_address_the_netdev_had() -> None:
+    p = KernelLogParser()
+    p.feed("[ 10.0] mlx5_core 0000:13:00.1 eth1: Link up")
+    rec = p.feed("[ 6755.836716] NETDEV WATCHDOG: eth1 (mlx5_core): transmit queue 19 timed out")
+    assert rec is not None and rec.pci_bus_id == "0000:13:00.1" and rec.detail["pci"] == "0000:13:00.1"
+    # the 6.8 form names the device itself
+    new = p.feed(
+        "mlx5_core 0000:65:00.0 ens15np0: NETDEV WATCHDOG: CPU: 94: transmit queue 3 timed out 5032 ms"
+    )
+    assert new is not None and new.pci_bus_id == "0000:65:00.0"
+    assert (new.detail["queue"], new.detail["timeout_ms"], new.detail["netdev"]) == (3, 5032, "ens15np0")
+
+
+def test_a_nic_line_no_pattern_judges_is_counted_with_the_first_one_kept() -> None:
+    p = KernelLogParser()
+    assert list(p.feed_all(lines("arm-nas-16.dmesg"))) == []
+    assert p.nic.unjudged == 2
+    assert p.nic.first_unjudged == (1, "mlx5_core 0004:01:00.0: Port module event: module 0, Cable plugged")
+    # a line that only mentions the module (a trace's module list) is not the driver's line: not counted
+    q = KernelLogParser()
+    assert list(q.feed_all(lines("netdev-2020-04-14-watchdog.dmesg"))) != []
+    assert (
+        q.nic.unjudged == 1
+    )  # "EQ 0x1a: Cons = ..." only; "Modules linked in: ... mlx5_core ..." is not one
+
+
+def test_access_reg_is_one_event_per_device_a_day_then_a_count() -> None:
+    body = (
+        "mlx5_core 0000:d2:00.0: mlx5_cmd_out_err:838:(pid 1441871): ACCESS_REG(0x805) op_mod(0x1) failed, "
+        "status bad operation(0x2), syndrome (0x9a6171), err(-22)"
+    )
+    p = KernelLogParser()
+    hours = [0, 1, 2, 23.9, 24.1, 30]
+    recs = [p.feed(f"[{h * 3600 + 5:.6f}] {body}") for h in hours]
+    got = [(h, r.detail.get("repeats_before")) for h, r in zip(hours, recs, strict=True) if r is not None]
+    assert got == [(0, None), (24.1, 3)]  # the second day's event says how many lines the first day folded
+    assert p.nic.deduplicated == 4
+    assert recs[0] is not None and recs[0].detail["dedup_window_s"] == DEDUP_S
+    # another device has its own window; a reboot starts every window again
+    other = p.feed("[ 86500.5] " + body.replace("d2:00.0", "d2:00.1"))
+    assert other is not None and other.pci_bus_id == "0000:d2:00.1"
+    p.feed("[    0.000000] Linux version 6.8.0-45-generic (buildd@lcy02-amd64-075) #45-Ubuntu SMP")
+    assert p.feed(f"[ 200.0] {body}") is not None
