@@ -5,11 +5,15 @@ silence; replay and the rules judge them (link up is an event that raises nothin
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from fleettool.formats.kmsg import KernelLogParser, parse_kernel_log
 from fleettool.formats.nic_lines import DEDUP_S
-from tests.conftest import ROOT
+from fleettool.store import Store
+from tests.conftest import ROOT, run_cli
 
 NIC = ROOT / "fixtures" / "kernel-nic"
 
@@ -128,3 +132,43 @@ def test_access_reg_is_one_event_per_device_a_day_then_a_count() -> None:
     assert other is not None and other.pci_bus_id == "0000:d2:00.1"
     p.feed("[    0.000000] Linux version 6.8.0-45-generic (buildd@lcy02-amd64-075) #45-Ubuntu SMP")
     assert p.feed(f"[ 200.0] {body}") is not None
+
+
+def test_replay_reads_nic_lines_notes_the_folded_and_unjudged_ones_and_judges_them(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    rep = run_cli("replay", str(NIC / "node-nic-faults.journal"), "--db", str(db), "--json")
+    assert rep.returncode == 0, rep.stderr
+    files = json.loads(rep.stdout)["files"]
+    notes = files[0]["notes"]
+    assert files[0]["events"] == 13
+    assert any(n.startswith("2 NIC ACCESS_REG lines folded") for n in notes), notes
+    assert any(n.startswith("2 NIC driver lines read but not judged") and "Cable plugged" in n for n in notes)
+    with Store(db, read_only=True) as st:
+        ev = st.query("SELECT pci_bus_id, detail FROM events WHERE kind = 'nic' ORDER BY ts, rowid")
+        alerts = st.query("SELECT rule, severity, action FROM alerts ORDER BY rule")
+    assert ev[0]["pci_bus_id"] == "00000000:04:00.0"  # the store's form, the function kept
+    last = json.loads(ev[-1]["detail"])
+    assert (last["what"], last["pci"], last["repeats_before"]) == ("access-reg", "0000:05:00.0", 1)
+    got = {(a["rule"], a["severity"], a["action"]) for a in alerts}
+    assert got == {
+        ("NicAccessRegFailure", "info", "none"),
+        ("NicCableUnplugged", "critical", "inspect-hardware"),
+        ("NicCommandTimeout", "critical", "reboot-node"),
+        ("NicHealthCompromised", "critical", "reboot-node"),
+        ("NicLinkDown", "warning", "none"),
+        ("NicModuleTemperature", "warning", "inspect-hardware"),
+        ("NicSlotPower", "warning", "inspect-hardware"),
+        ("NicTxTimeout", "warning", "none"),
+    }
+    assert (
+        sum(1 for a in alerts if a["rule"] == "NicAccessRegFailure") == 3
+    )  # 2 devices, one of them twice a day
+
+
+def test_link_up_lines_are_events_that_raise_no_alert(tmp_path: Path) -> None:
+    db = tmp_path / "s.duckdb"
+    rep = run_cli("replay", str(NIC / "cubecos-733.syslog"), "--db", str(db), "--year", "2026", "-q")
+    assert rep.returncode == 0, rep.stderr
+    with Store(db, read_only=True) as st:
+        assert st.scalar("SELECT count(*) FROM events WHERE kind = 'nic'") == 4
+        assert st.scalar("SELECT count(*) FROM alerts") == 0
