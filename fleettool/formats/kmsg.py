@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from fleettool.formats.kmsg_body import BodyReader, KernelRecord, sxid_match
 from fleettool.formats.kmsg_entries import parse_journal_entry, parse_kmsg_record
 from fleettool.formats.kmsg_prefix import PrefixClock, Stamp, finite_time, finite_uptime
-from fleettool.formats.nic_lines import NIC_KIND, NIC_START, NicReader, nic_hint
+from fleettool.formats.nic_lines import NIC_KIND, NicReader, nic_hint, nic_start
 from fleettool.model import Event
 
 # KernelRecord and the two entry readers are imported from here by collectors/kmsg.py and ingest/read_kernel.py
@@ -142,18 +142,18 @@ class KernelLogParser:
     def _nic(self, line: str, given: Stamp | None) -> KernelRecord | None:
         """A NIC driver's line (formats/nic_lines.py) -> a `nic` record, or None (not one, a deduplicated
         ACCESS_REG line, or a line no pattern judges: counted by the reader)."""
-        m = NIC_START.search(line)
-        if m is None:
+        at = nic_start(line)
+        if at < 0:
             return None
-        ts, up, host = self._stamp(given, line[: m.start()])
+        ts, up, host = self._stamp(given, line[:at])
         host = host or self.default_host
-        got = self.nic.read(self.lineno, line[m.start() :], host, ts if ts is not None else up)
+        got = self.nic.read(self.lineno, line[at:], host, ts if ts is not None else up)
         if got is None:
             return None
-        detail = dict(got.detail)
+        detail = got.detail  # the reader's own copy
         if up is not None:
             detail["uptime"] = up
-        text = line[m.start() : m.start() + 300]
+        text = line[at : at + 300]
         return KernelRecord(NIC_KIND, self.lineno, line, ts, up, host, got.pci, message=text, detail=detail)
 
 

@@ -111,6 +111,31 @@ class NicLine:
     detail: dict[str, object]
 
 
+_RE_LINK_DEV = re.compile(rf"\b[a-z][\w-]* {_BDF} \S+$")  # the device before another driver's ": NIC Link is"
+
+
+def nic_start(line: str) -> int:
+    """Where the NIC driver's message (NIC_START) starts in a line, or -1: found by its fixed words first (one
+    regex search over a whole journal line costs more than the rest of the line's parse)."""
+    best = -1
+    i = line.find("mlx5_")
+    while i >= 0:
+        j = i - 11 if i >= 11 and line.startswith("infiniband ", i - 11) else i
+        if NIC_START.match(line, j):
+            best = j
+            break
+        i = line.find("mlx5_", i + 5)
+    w = line.find("NETDEV WATCHDOG:")
+    if w >= 0 and (best < 0 or w < best):
+        best = w
+    k = line.find(": NIC Link is ")
+    if k >= 0 and (best < 0 or k < best):
+        m = _RE_LINK_DEV.search(line, 0, k)
+        if m is not None:
+            best = m.start()
+    return best
+
+
 def nic_hint(line: str) -> bool:
     """A cheap test before the regexes: may this line be a NIC driver's?"""
     return "mlx5" in line or "NETDEV WATCHDOG" in line or "NIC Link is" in line
@@ -124,6 +149,8 @@ class NicReader:
         self._netdev_pci: dict[tuple[str | None, str], str] = {}
         # (host, device) -> (start of its window: wall time or uptime, lines folded into it)
         self._access: dict[tuple[str | None, str], list[float]] = {}
+        # (host, text) -> what _parse made of it
+        self._cache: dict[tuple[str | None, str], tuple[str | None, str | None, dict[str, object]]] = {}
         self.unjudged = 0  # NIC driver lines read that no pattern judges
         self.first_unjudged: tuple[int, str] | None = None  # (line number, text) of the first
         self.deduplicated = 0  # ACCESS_REG lines folded into their device's event of the window
@@ -133,7 +160,30 @@ class NicReader:
         self._access.clear()
 
     def read(self, lineno: int, text: str, host: str | None, t: float | None) -> NicLine | None:
-        """`text`: the line from NIC_START on; `t`: its wall time, else its uptime, for the ACCESS_REG window."""
+        """`text`: the line from NIC_START on; `t`: its wall time, else its uptime, for the ACCESS_REG window.
+        A text read before (a flapping port's `Link up`, an ACCESS_REG flood: texts repeat) comes from a cache; what
+        spans lines (the netdev map, the windows) is kept as the full read keeps it."""
+        hit = self._cache.get((host, text))
+        if hit is None:
+            hit = self._parse(text, host)
+            if len(self._cache) >= 4096:
+                self._cache.clear()
+            if hit[0] != TX_TIMEOUT or hit[1] is not None:  # a watchdog line's PCI address depends on the map
+                self._cache[(host, text)] = hit
+        what, pci, tmpl = hit
+        if what is None:
+            self.unjudged += 1
+            if self.first_unjudged is None:
+                self.first_unjudged = (lineno, text[:200])
+            return None
+        detail = dict(tmpl)
+        dev = pci or str(detail.get("device", ""))
+        if what == ACCESS_REG and not self._first_in_window(host, dev, t, detail):
+            return None
+        return NicLine(what, pci, detail)
+
+    def _parse(self, text: str, host: str | None) -> tuple[str | None, str | None, dict[str, object]]:
+        """(what, PCI address, detail) of a text; what is None when no pattern judges it."""
         detail: dict[str, object] = {}
         pci: str | None = None
         netdev: str | None = None
@@ -158,25 +208,16 @@ class NicReader:
             detail["netdev"] = netdev
             if pci:
                 self._remember(host, netdev, pci)
-        got = self._judge(body, detail)
-        if got is None:
-            self.unjudged += 1
-            if self.first_unjudged is None:
-                self.first_unjudged = (lineno, text[:200])
-            return None
-        what = got
+        what = self._judge(body, detail)
+        if what is None:
+            return None, None, detail
         if what == TX_TIMEOUT and pci is None and isinstance(detail.get("netdev"), str):
-            pci = self._netdev_pci.get(
-                (host, str(detail["netdev"]))
-            )  # an old watchdog line names only the netdev
+            # an old watchdog line names only the netdev: the PCI address that netdev had
+            pci = self._netdev_pci.get((host, str(detail["netdev"])))
         if pci is not None:
             detail["pci"] = pci
         detail["what"] = what
-        if what == ACCESS_REG and not self._first_in_window(
-            host, pci or str(detail.get("device", "")), t, detail
-        ):
-            return None
-        return NicLine(what, pci, detail)
+        return what, pci, detail
 
     def _remember(self, host: str | None, netdev: str, pci: str) -> None:
         if len(self._netdev_pci) >= 4096:
