@@ -172,3 +172,13 @@ def test_link_up_lines_are_events_that_raise_no_alert(tmp_path: Path) -> None:
     with Store(db, read_only=True) as st:
         assert st.scalar("SELECT count(*) FROM events WHERE kind = 'nic'") == 4
         assert st.scalar("SELECT count(*) FROM alerts") == 0
+
+
+def test_a_repeated_watchdog_line_takes_the_pci_address_once_its_netdev_is_known() -> None:
+    p = KernelLogParser()
+    line = "[ 6755.836716] NETDEV WATCHDOG: eth1 (mlx5_core): transmit queue 19 timed out"
+    first = p.feed(line)
+    assert first is not None and first.pci_bus_id is None  # nothing named eth1 yet
+    p.feed("[ 6756.098429] mlx5_core 0000:13:00.1 eth1: TX timeout detected")
+    again = p.feed(line)  # the same text: not frozen at "no PCI address" by the parse cache
+    assert again is not None and again.pci_bus_id == "0000:13:00.1"
