@@ -182,3 +182,20 @@ def test_a_repeated_watchdog_line_takes_the_pci_address_once_its_netdev_is_known
     p.feed("[ 6756.098429] mlx5_core 0000:13:00.1 eth1: TX timeout detected")
     again = p.feed(line)  # the same text: not frozen at "no PCI address" by the parse cache
     assert again is not None and again.pci_bus_id == "0000:13:00.1"
+
+
+def test_a_nic_line_in_kern_log_and_in_the_journal_is_stored_once(tmp_path: Path) -> None:
+    journal = lines("node-nic-faults.journal")[:4]
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    (rec / "journal.txt").write_text("\n".join(journal) + "\n")
+    # the same lines as rsyslog's kern.log writes them: another prefix, the same driver text
+    (rec / "kern.log").write_text("\n".join("Nov  5 " + ln[11:19] + ln[24:] for ln in journal) + "\n")
+    db = tmp_path / "s.duckdb"
+    rep = run_cli("replay", str(rec), "--db", str(db), "--year", "2026", "--json")
+    assert rep.returncode == 0, rep.stderr
+    files = {Path(f["path"]).name: f for f in json.loads(rep.stdout)["files"]}
+    assert files["journal.txt"]["events"] + files["kern.log"]["events"] == 3
+    assert files["journal.txt"]["duplicate_events"] + files["kern.log"]["duplicate_events"] == 3
+    with Store(db, read_only=True) as st:
+        assert st.scalar("SELECT count(*) FROM events WHERE kind = 'nic'") == 3
