@@ -199,3 +199,31 @@ def test_a_nic_line_in_kern_log_and_in_the_journal_is_stored_once(tmp_path: Path
     assert files["journal.txt"]["duplicate_events"] + files["kern.log"]["duplicate_events"] == 3
     with Store(db, read_only=True) as st:
         assert st.scalar("SELECT count(*) FROM events WHERE kind = 'nic'") == 3
+
+
+def test_a_recorded_nic_event_replays_on_its_own_pci_function(tmp_path: Path) -> None:
+    import dataclasses
+
+    from fleettool.collectors.base import Collected
+    from fleettool.formats.kmsg import record_to_event
+    from fleettool.recording.writer import RecordingWriter
+
+    recs = parse_kernel_log(lines("node-nic-faults.journal")[2:4])  # 41:00.1 unplugged, 41:00.0 link up
+    assert [r.pci_bus_id for r in recs] == ["0000:41:00.1", "0000:41:00.0"]
+    evs = []
+    for i, r in enumerate(
+        recs
+    ):  # as the agent has them from /dev/kmsg: the record's sequence number in the detail
+        ev = record_to_event(r, "gpu-51", "kmsg:kmsg")
+        assert ev is not None
+        evs.append(dataclasses.replace(ev, detail={**ev.detail, "kmsg_seq": i}))
+    out = tmp_path / "rec"
+    w = RecordingWriter(out, "gpu-51")
+    w.add(Collected(events=evs))
+    w.write()
+    db = tmp_path / "s.duckdb"
+    assert run_cli("replay", str(out), "--db", str(db), "-q").returncode == 0
+    with Store(db, read_only=True) as st:
+        got = st.query("SELECT pci_bus_id FROM events WHERE kind = 'nic' ORDER BY ts")
+    # two functions of one card stay two devices (a GPU event's PCI id drops the function, a NIC's must not)
+    assert [g["pci_bus_id"] for g in got] == ["00000000:41:00.1", "00000000:41:00.0"]
