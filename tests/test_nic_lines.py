@@ -227,3 +227,18 @@ def test_a_recorded_nic_event_replays_on_its_own_pci_function(tmp_path: Path) ->
         got = st.query("SELECT pci_bus_id FROM events WHERE kind = 'nic' ORDER BY ts")
     # two functions of one card stay two devices (a GPU event's PCI id drops the function, a NIC's must not)
     assert [g["pci_bus_id"] for g in got] == ["00000000:41:00.1", "00000000:41:00.0"]
+
+
+def test_a_nic_fault_is_the_node_s_incident_not_a_gpu_s(tmp_path: Path) -> None:
+    """An mlx5 line's PCI address is the NIC's: the incident it roots names no GPU (it was shown as
+    `root gpu-51 GPU 00000000:00:00.0`, scope gpu)."""
+    db = str(tmp_path / "t.duckdb")
+    src = str(NIC / "netdev-2020-07-09-hot-unplug.dmesg")
+    run = run_cli("replay", src, "--db", db, "--node", "gpu-51", "--at", "2026-12-01T00:00:00Z")
+    assert run.returncode == 0, run.stderr
+    first = run.stdout.split("causes first:")[1].splitlines()[1]
+    assert "root gpu-51;" in first and "GPU" not in first, first
+    got = json.loads(run_cli("incidents", "--db", db, "--json").stdout)
+    assert [(i["scope"], i["gpus"], i["root"]["gpu"], i["root"]["pci_bus_id"]) for i in got] == [
+        ("node", 0, None, None)
+    ]
