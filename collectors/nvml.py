@@ -13,13 +13,13 @@ from __future__ import annotations
 import time
 
 from fleettool.collectors.base import Collected
+from fleettool.collectors.nvml_fabric_samples import plan_reads, read_gpu
 from fleettool.collectors.nvml_failures import Streaks, recovered
 from fleettool.collectors.nvml_hung import Abandoned, GpuGuard
 from fleettool.collectors.nvml_schedule import TierSchedule
 from fleettool.collectors.registry import CollectorConfig
 from fleettool.model import Event, EventKind, GpuInfo, Sample, normalize_pci_bus_id
 from fleettool.sources.base import (
-    READS,
     GpuLost,
     GpuSource,
     NotSupported,
@@ -185,7 +185,7 @@ class NvmlCollector:
                     Sample(now, self.node, None, None, "gpu_count_expected", float(self.expected_gpus))
                 )
         self._report_skips(now, out, health)
-        reads = self._plan = [name for name, (tier, _) in READS.items() if tier in due]
+        reads = self._plan = plan_reads(due)
         for i in range(self._count):
             if self._set_aside(now, i, reads, out, health):
                 continue
@@ -197,7 +197,7 @@ class NvmlCollector:
                     continue
                 self.guard.enter(gen, i, what)
                 try:
-                    rows = self.source.read(i, what, now)
+                    rows = read_gpu(self.source, i, what, now)
                 except NotSupported:
                     self.guard.leave(gen, i)
                     self.unsupported.add((i, what))

@@ -5,8 +5,10 @@ no pyarrow); collectors.series builds replay's Arrow tables on top of the same m
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+from fleettool.formats.ib_sysfs import LEGACY_WIDTHS, WIDE_MAXIMA
 from fleettool.formats.openmetrics_lines import ExpositionParser
 from fleettool.metrics import (
     DCGM_FP64_BLANK,
@@ -16,15 +18,11 @@ from fleettool.metrics import (
     map_dcgm_name,
     own_name_spec,
 )
+from fleettool.metrics_fabric import NODE_EXPORTER_NAMES
 from fleettool.model import GpuInfo, Sample, normalize_pci_bus_id
 
 HOST_LABELS = ("Hostname", "hostname", "host", "node", "instance_hostname")
 UUID_LABELS = ("UUID", "uuid", "gpu_uuid")
-OWN_SUB_LABELS = (
-    "port",
-    "device",
-    "netdev",
-)  # the sub keys of fleettool's own fabric series (metrics_fabric)
 
 
 @dataclass
@@ -37,6 +35,9 @@ class SeriesMap:
     sub: list[str] = field(default_factory=list)
     scale: list[float] = field(default_factory=list)
     int32: list[bool] = field(default_factory=list)
+    # an IB counter at its width's maximum is saturated: a value >= ceiling, or == pinned (NaN: none)
+    ceiling: list[float] = field(default_factory=list)
+    pinned: list[float] = field(default_factory=list)
     gpus: dict[tuple[str, int | None, str | None], GpuInfo] = field(default_factory=dict)
     unknown_names: set[str] = field(default_factory=set)
     pods: set[tuple[str, int | None, str | None, str, str, str]] = field(default_factory=set)
@@ -67,6 +68,12 @@ def map_series(
         hit = map_dcgm_name(name)
         if hit is not None:
             metric, scale, sub = hit
+    elif name in NODE_EXPORTER_NAMES:
+        metric, scale, _ = NODE_EXPORTER_NAMES[name]
+        if labels.get("port") and labels.get("device"):
+            sub = f"port={labels['device']}/{labels['port']}"  # fabric_samples.port_sub's form
+        elif labels.get("device"):
+            sub = f"netdev={labels['device']}"
     elif name.startswith(OWN_PREFIX):
         spec = own_name_spec(name)  # recordings use fleettool_<metric>; a saved /metrics scrape, base units
         if spec is not None:
@@ -82,12 +89,16 @@ def map_series(
         if labels.get(k):
             uuid = labels[k]
             break
-    if "link" in labels or "nvlink" in labels:
+    if sub.startswith(("port=", "netdev=")):
+        pass
+    elif "link" in labels or "nvlink" in labels:
         sub = f"link={labels.get('link', labels.get('nvlink'))}"
     elif "collector" in labels:
         sub = f"collector={labels['collector']}"
-    elif metric is not None and name.startswith(OWN_PREFIX):  # fabric series: port=mlx5_0/1, device=, netdev=
-        sub = next((f"{k}={labels[k]}" for k in OWN_SUB_LABELS if k in labels), "")
+    elif metric is not None and metric.startswith(("ib_", "net_")):  # the fabric's sub-keys (metrics_fabric)
+        key = next((k for k in ("port", "device", "netdev") if labels.get(k)), None)
+        if key is not None:
+            sub = f"{key}={labels[key]}"
     if labels.get("GPU_I_ID"):
         sub = f"mig={labels['GPU_I_ID']}" + (f"/{labels['GPU_CI_ID']}" if labels.get("GPU_CI_ID") else "")
     info = None
@@ -120,6 +131,21 @@ class MappedSeries:
     int32: bool  # an integer DCGM field: its not-supported sentinels are 0x7FFFFFF0.. (a gauge)
     info: GpuInfo | None
     pod: PodKey | None
+    ceiling: float = math.inf  # an IB counter at its width's maximum (saturated) is unknown, not a sample
+    pinned: float = math.nan
+
+
+def saturation(name: str) -> tuple[float, float]:
+    """(ceiling, pinned) of an exposition series that reads a sysfs IB counter (node_exporter's): a legacy
+    PortCounters value at 2**width-1 or above, or a wider counter at exactly 2**32-1 or 2**64-1, stopped counting
+    (formats.ib_sysfs.is_saturated). (inf, NaN) for every other series."""
+    hit = NODE_EXPORTER_NAMES.get(name)
+    if hit is None or hit[2] is None:
+        return math.inf, math.nan
+    width = LEGACY_WIDTHS.get(hit[2].split("/", 1)[1]) if hit[2].startswith("counters/") else None
+    if width is not None:
+        return float((1 << width) - 1), math.nan
+    return float(WIDE_MAXIMA[1]), float(WIDE_MAXIMA[0])
 
 
 def map_one(parser: ExpositionParser, i: int, default_node: str) -> MappedSeries:
@@ -138,7 +164,7 @@ def map_one(parser: ExpositionParser, i: int, default_node: str) -> MappedSeries
     if lab.get("pod"):  # dcgm-exporter's pod attribution (empty when the GPU is not allocated)
         pod = (node, gpu, uuid, lab.get("namespace", ""), lab["pod"], lab.get("container", ""))
     int32 = metric is not None and METRICS[metric].kind == "gauge"
-    return MappedSeries(metric, node, gpu, uuid, sub, scale, int32, info, pod)
+    return MappedSeries(metric, node, gpu, uuid, sub, scale, int32, info, pod, *saturation(name))
 
 
 class SeriesMapper:
@@ -161,6 +187,8 @@ class SeriesMapper:
             sm.sub.append(m.sub)
             sm.scale.append(m.scale)
             sm.int32.append(m.int32)
+            sm.ceiling.append(m.ceiling)
+            sm.pinned.append(m.pinned)
             if m.metric is None:
                 sm.unknown_names.add(self.parser.series.names[i])
             if m.info is not None:
@@ -170,11 +198,14 @@ class SeriesMapper:
 
 
 def is_blank(m: MappedSeries, value: float) -> bool:
-    """DCGM's not-supported sentinels (and NaN): such a sample means "no value", not a reading."""
+    """DCGM's not-supported sentinels (and NaN), and an IB counter stuck at its width's maximum (saturated): such a
+    sample means "no value", not a reading."""
     return (
         value != value  # NaN
         or value >= DCGM_FP64_BLANK
         or (m.int32 and DCGM_INT32_BLANK <= value <= DCGM_INT32_BLANK + 15)
+        or value >= m.ceiling
+        or value == m.pinned
     )
 
 

@@ -243,6 +243,17 @@ _DCGM: dict[str, tuple[str, float]] = {
     "DCGM_FI_PROF_DRAM_UTIL_RATIO": ("dram_active_ratio", 1.0),
     "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION": ("recovery_action", 1.0),
     "DCGM_FI_DEV_GPU_RECOVERY_ACTION": ("recovery_action", 1.0),
+    # the NVLink fabric (dcgm_fields.h 170-174). FABRIC_MANAGER_STATUS is dcgmFabricManagerStatus_t: 0 not
+    # supported, 1 not started, 2 in progress, 3 success (NVML's fabric states, one for one), then 4 failure, 5
+    # unrecognized, 6 NVML too old; its ERROR_CODE (a DCGM return code, 0 success; blank until the probe
+    # completed) stands for NVML's probe status. FABRIC_CLUSTER_UUID and IMEX_DOMAIN_STATUS are strings, which
+    # dcgm-exporter serves only as labels: not kept.
+    "DCGM_FI_DEV_FABRIC_MANAGER_STATUS": ("nvlink_fabric_state", 1.0),
+    "DCGM_FI_DEV_FABRIC_MANAGER_ERROR_CODE": ("nvlink_fabric_status", 1.0),
+    "DCGM_FI_DEV_FABRIC_MANAGER_ERROR": ("nvlink_fabric_status", 1.0),
+    "DCGM_FI_DEV_FABRIC_CLIQUE_ID": ("nvlink_fabric_clique_id", 1.0),
+    "DCGM_FI_DEV_FABRIC_HEALTH_MASK": ("nvlink_fabric_health_mask", 1.0),
+    "DCGM_FI_IMEX_DAEMON_STATUS": ("imex_daemon_status", 1.0),
 }
 
 # Per-link NVLink fields: DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_L3 and DCGM 4's ..._ERROR_L3_TOTAL.

@@ -12,12 +12,20 @@ FABRIC_DEFS: list[MetricDef] = [
         "nvlink_fabric_state",
         "gauge",
         "enum",
-        "NVML GPU fabric state (0 n/a, 1 not started, 2 in progress, 3 done)",
+        "NVML GPU fabric state (0 n/a, 1 not started, 2 in progress, 3 done; DCGM adds 4 failed, 5, 6)",
     ),
     MetricDef("nvlink_fabric_status", "gauge", "code", "NVML return code of the fabric probe (0 success)"),
     MetricDef("nvlink_fabric_health_mask", "gauge", "bitmask", "NVML GPU fabric health mask"),
     MetricDef("nvlink_fabric_clique_id", "gauge", "id", "NVML GPU fabric clique ID"),
     MetricDef("nvlink_links_active", "gauge", "links", "NVLinks of this GPU that are active"),
+    # IMEX (dcgm-exporter DCGM_FI_IMEX_DAEMON_STATUS, dcgm_fields.h 1503; `nvidia-imex-ctl -q`)
+    MetricDef(
+        "imex_daemon_status",
+        "gauge",
+        "enum",
+        "IMEX daemon status (0 initializing .. 5 ready, 6 shutting down, 7 unavailable; -1 not installed, "
+        "-2 not configured, -3 command error)",
+    ),
     # InfiniBand / RoCE ports (sysfs /sys/class/infiniband; gpu is None, sub=port=<device>/<port>)
     MetricDef(
         "ib_port_state", "gauge", "enum", "IB port state (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, 5 ACTIVE_DEFER)"
@@ -65,3 +73,36 @@ FABRIC_DEFS.extend(
     MetricDef(m, "counter", "errors" if "xmit_wait" not in m else "ticks", f"IB port {f.split('/')[1]} ({f})")
     for f, m in IB_COUNTER_METRICS.items()
 )
+
+# node_exporter's own names (collector/infiniband_linux.go @a7dcc3a, `node_infiniband_<name>{device,port}`, read from
+# the same sysfs files; and `node_network_carrier_changes_total{device}`) -> (metric, scale, the sysfs counter it
+# reads, whose width decides saturation). Rate: bytes/s -> Gb/s. node_exporter serves no width and no link layer;
+# its data/packet counters and hw_counters without a metric here are not stored.
+_NODE_EXPORTER_COUNTERS = {
+    "symbol_error_total": "counters/symbol_error",
+    "link_error_recovery_total": "counters/link_error_recovery",
+    "link_downed_total": "counters/link_downed",
+    "port_errors_received_total": "counters/port_rcv_errors",
+    "port_receive_remote_physical_errors_total": "counters/port_rcv_remote_physical_errors",
+    "port_receive_switch_relay_errors_total": "counters/port_rcv_switch_relay_errors",
+    "port_discards_transmitted_total": "counters/port_xmit_discards",
+    "port_constraint_errors_transmitted_total": "counters/port_xmit_constraint_errors",
+    "port_constraint_errors_received_total": "counters/port_rcv_constraint_errors",
+    "local_link_integrity_errors_total": "counters/local_link_integrity_errors",
+    "excessive_buffer_overrun_errors_total": "counters/excessive_buffer_overrun_errors",
+    "vl15_dropped_total": "counters/VL15_dropped",
+    "port_transmit_wait_total": "counters/port_xmit_wait",
+    "rnr_nak_retry_packets_received_total": "hw_counters/rnr_nak_retry_err",
+    "local_ack_timeout_errors_total": "hw_counters/local_ack_timeout_err",
+    "out_of_buffer_drops_total": "hw_counters/out_of_buffer",
+    "out_of_sequence_packets_received_total": "hw_counters/out_of_sequence",
+    "packet_sequence_errors_total": "hw_counters/packet_seq_err",
+    "req_cqes_errors_total": "hw_counters/req_cqe_error",
+    "resp_cqes_errors_total": "hw_counters/resp_cqe_error",
+}
+NODE_EXPORTER_NAMES: dict[str, tuple[str, float, str | None]] = {
+    "node_infiniband_state_id": ("ib_port_state", 1.0, None),
+    "node_infiniband_physical_state_id": ("ib_port_phys_state", 1.0, None),
+    "node_infiniband_rate_bytes_per_second": ("ib_port_rate_gbps", 8 / 1e9, None),
+    "node_network_carrier_changes_total": ("net_carrier_changes_total", 1.0, None),
+} | {f"node_infiniband_{n}": (IB_COUNTER_METRICS[f], 1.0, f) for n, f in _NODE_EXPORTER_COUNTERS.items()}

@@ -35,7 +35,11 @@ def test_kmsg_collector_follows_a_file_through_rotation(tmp_path: Path) -> None:
         )
         f.write("2026-11-30T00:16:41+0000 gpu-9 kernel: mlx5_core 0000:ab:00.1: link up\n")
     got = col.collect(time.time())
-    assert [(e.kind, e.code, e.pci_bus_id) for e in got.events] == [("xid", 13, "0000:ab:00")]
+    # the NIC driver's link line is read too: a `nic` event (formats/nic_lines.py), its PCI function kept
+    assert [(e.kind, e.code, e.pci_bus_id) for e in got.events] == [
+        ("xid", 13, "0000:ab:00"),
+        ("nic", None, "0000:ab:00.1"),
+    ]
     assert got.gpus[0].uuid == "GPU-9c77ac7d-218b-b551-b1fc-dda0a53a6fcc"
     os.rename(log, tmp_path / "kern.log.1")  # logrotate
     log.write_text(

@@ -30,6 +30,7 @@ def test_registry_keys_are_kind_names() -> None:
         "absent",
         "nccl_localize",
         "sql",
+        "port_episodes",
     ]
 
 

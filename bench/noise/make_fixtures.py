@@ -398,6 +398,56 @@ def nvlink_domain(out: Path, rng: random.Random) -> dict[str, Any]:
     }
 
 
+def nvlink_links(out: Path, rng: random.Random) -> dict[str, Any]:
+    """A GB200 NVLink domain whose switch trays fail together (issue 31, item 6): within 50 s, every GPU of 12 of
+    r131's 16 trays loses 2 of its 18 NVLinks (NvlinkLinksFewer) and the other 4 trays' fabric routes turn
+    unhealthy (health mask 0x1AA -> 0x19A: NvlinkFabricUnhealthy). r132 stays healthy. The samples are
+    fleettool's own recording (`fleettool record`: fleettool_nvlink_links_active and
+    fleettool_nvlink_fabric_health_mask per GPU, every 60 s as the NVML collector reads them). One
+    nvlink-domain incident: one page, no node cordoned or sent to inspection for its switches' fault."""
+    t0 = at("2026-11-08T04:00:00Z")
+    dom = [f"r131-n{i:02d}" for i in range(1, 17)]
+    quiet = [f"r132-n{i:02d}" for i in range(1, 17)]
+    fault = t0 + 600
+    hit = {n: fault + rng.uniform(0, 50) for n in dom}
+    route = set(rng.sample(dom, 4))
+    for n in dom + quiet:
+        phase = rng.uniform(0, 60)
+        links, masks = [], []
+        for s in range(31):
+            t = t0 + phase + s * 60
+            down = n in hit and t >= hit[n]
+            for g in range(4):
+                lab = f'{{hostname="{n}",gpu="{g}"}}'
+                links.append(
+                    f"fleettool_nvlink_links_active{lab} {16 if down and n not in route else 18} {t:.3f}\n"
+                )
+                masks.append(
+                    f"fleettool_nvlink_fabric_health_mask{lab} {410 if down and n in route else 426} {t:.3f}\n"
+                )
+        with gz(out / f"fleettool-{n}.om.gz") as f:
+            f.write("# TYPE fleettool_nvlink_links_active gauge\n" + "".join(links))
+            f.write("# TYPE fleettool_nvlink_fabric_health_mask gauge\n" + "".join(masks) + "# EOF\n")
+    (out / "topology.conf").write_text(
+        "# TopologyPlugin=topology/block: one block per GB200 NVLink domain (16 trays x 4 GPUs)\n"
+        "BlockName=r131 Nodes=r131-n[01-16]\nBlockName=r132 Nodes=r132-n[01-16]\nBlockSizes=16\n"
+    )
+    return {
+        "name": "nvlink-links",
+        "source": "issue 31 item 6 (a domain's NVLink faults fold into one nvlink-domain incident); health mask "
+        "bits of nvml.h NVML_GPU_FABRIC_HEALTH_MASK_* (NVIDIA/go-nvml gen/nvml/nvml.h)",
+        "storm": True,
+        "node_days": 32 * 0.02,
+        "roots": [],
+        "expect": [{"scope": "nvlink-domain", "key": "r131", "page": True, "members_at_least": 64}],
+        "affected": [
+            {"node": n, "rule": "NvlinkFabricUnhealthy" if n in route else "NvlinkLinksFewer"} for n in dom
+        ],
+        "planned_nodes": [],
+        "budget": {"pages": 1, "fatal_actions": 0, "max_first_screen": 1, "compression": 50},
+    }
+
+
 def rack_cooling(out: Path, rng: random.Random) -> dict[str, Any]:
     """A rack's cooling failure (issue 30's replay: 128 GPU warnings and no rack): rack rk07's 16 HGX nodes x 8
     GPUs enter thermal slowdown (clock-event reasons 0x68, as fixtures/scenarios/thermal-throttle carries it)
@@ -660,6 +710,7 @@ BUILDERS: dict[str, tuple[Callable[[Path, random.Random], dict[str, Any]], bool]
     "teardown-storm": (teardown_storm, True),
     "job-crash-64": (job_crash_64, False),
     "nvlink-domain": (nvlink_domain, False),
+    "nvlink-links": (nvlink_links, False),
     "rack-cooling": (rack_cooling, False),
     "ib-leaf": (ib_leaf, False),
     "driver-rollout": (driver_rollout, False),

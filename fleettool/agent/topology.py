@@ -8,7 +8,8 @@
   -a every user's jobs). The header is kept (no --noheader): the sacct reader finds its columns by name.
 - `--topology-from kubectl`: every KUBE_EVERY_S, `kubectl get nodes -o json` (the rack label as --rack-label).
 - The GPU source's NVLink fabric info (nvmlDeviceGetGpuFabricInfoV) and driver version, at start and every
-  FABRIC_EVERY_S, as this node's keys `nvlink_domain` (the cluster UUID, only when the fabric probe is completed,
+  FABRIC_EVERY_S (the NVML collector's reading of the period when it has one: one driver call serves both), as
+  this node's keys `nvlink_domain` (the cluster UUID, only when the fabric probe is completed,
   succeeded and the UUID is not all zeros), `clique` (`<uuid>.<cliqueId>`), `driver` and `fabric_state`
   (what NVML said, an error included: recorded, never fatal).
 
@@ -35,6 +36,7 @@ from fleettool.formats.kube_nodes import parse_kube_nodes
 from fleettool.formats.sacct import parse_sacct
 from fleettool.model import Sample
 from fleettool.sources.base import FabricReader, GpuSource, SourceError
+from fleettool.sources.nvml_fabric import fabric_reading
 from fleettool.store.topology import JobRow, put_jobs, put_topology
 
 if TYPE_CHECKING:
@@ -113,7 +115,7 @@ def fetch_fabric(node: str, source: GpuSource) -> Fetched:
             states.append("not-supported (this source has no fabric info)")
             break
         try:
-            info = source.fabric_info(i)
+            info = fabric_reading(source, i, FABRIC_EVERY_S)  # the NVML collector's reading, when recent
         except SourceError as e:  # 'nvmlDeviceGetGpuFabricInfoV(gpu 3): Unknown Error': the same on every GPU
             states.append(f"error: {str(e).split('): ', 1)[-1]}")
             continue

@@ -10,14 +10,17 @@ from fleettool.cli.output import emit
 
 
 def root_pci(store: Any, rows: list[dict[str, Any]]) -> dict[str, str | None]:
-    """root alert id -> its GPU's PCI id, for the incidents' rows."""
+    """root alert id -> its GPU's PCI id, for the incidents' rows (none for a NIC's alert: its PCI address is
+    the NIC's, not a GPU's)."""
     from fleettool.store.alerts import PCI_SQL
 
     ids = [r["root_alert"] for r in rows if r.get("root_alert")]
     if not ids:
         return {}
     got = store.query(
-        f"SELECT alert_id, {PCI_SQL} AS pci FROM alerts WHERE alert_id IN (SELECT unnest(?))", [ids]
+        f"SELECT alert_id, CASE WHEN category = 'nic' THEN NULL ELSE {PCI_SQL} END AS pci FROM alerts "
+        "WHERE alert_id IN (SELECT unnest(?))",
+        [ids],
     )
     return {g["alert_id"]: g["pci"] for g in got}
 

@@ -336,8 +336,10 @@ def register(app: typer.Typer) -> None:
         """Ingest a recording into the store in the recording's own time, and report what it holds.
 
         Files are identified by content, never by name: OpenMetrics / Prometheus text (dcgm-exporter DCGM_FI_*
-        names or fleettool's), kernel logs (dmesg, dmesg -T, --time-format iso, journalctl short / short-iso /
-        short-precise / -o json, syslog, kern.log, /dev/kmsg records), nccl-tests output, nvidia-smi dumps.
+        names, node_exporter's node_infiniband_*, or fleettool's), kernel logs (dmesg, dmesg -T, --time-format
+        iso, journalctl short / short-iso / short-precise / -o json, syslog, kern.log, /dev/kmsg records),
+        nccl-tests output, nvidia-smi dumps, InfiniBand snapshots (ibstat, ibstatus, ibv_devinfo, perfquery,
+        iblinkinfo, a /sys/class/infiniband tarball).
         Every file is listed with what was stored, or why it was skipped. A file already ingested is not
         stored twice; the database's own files are never read.
 

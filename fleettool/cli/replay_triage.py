@@ -45,11 +45,8 @@ def print_triage(
         print(f"incidents ({len(incidents)}, {pages} paged), causes first:")
         for i in incidents:
             r = i["root"]
-            root = (
-                "no single root"
-                if r is None
-                else f"root {r['node']} GPU {r['gpu'] if r['gpu'] is not None else r['pci_bus_id']}"
-            )
+            gpu = r and (r["gpu"] if r["gpu"] is not None else r["pci_bus_id"])
+            root = "no single root" if r is None else f"root {r['node']}" + (f" GPU {gpu}" if gpu else "")
             page = "PAGE " if i["page"] else "planned " if i.get("planned") else ""
             key = f" {i['key']}" if i["key"] else ""
             print(

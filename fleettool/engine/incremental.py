@@ -57,7 +57,10 @@ def holds(r: Rule) -> bool:
 
 
 def urgent(r: Rule) -> bool:
-    """Judged at once when an event arrives: event rules, and threshold rules that fire without `for`."""
+    """Judged at once when an event arrives: event rules, threshold rules that fire without `for`, and port
+    episodes that count from their first down sample (a port going down: kinds/port_episodes.py)."""
+    if r.kind == "port_episodes":
+        return r.for_s == 0 and not r.p("down_for")
     return r.kind == "event" or (r.kind == "threshold" and r.for_s == 0)
 
 
@@ -102,6 +105,8 @@ class RuleScheduler:
         firing = [
             f.inst.last_seen - r.for_s - 1.0 for f in self.findings.get(r.alert, []) if f.state == FIRING
         ]
+        if r.kind == "port_episodes":  # its whole episode: what it fired on and the up time that ends it
+            firing = [f.inst.first_seen - 1.0 for f in self.findings.get(r.alert, []) if f.state == FIRING]
         if r.kind != "absent":
             start = min([start, *firing])
         if r.kind == "absent":

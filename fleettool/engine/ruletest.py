@@ -111,7 +111,7 @@ def load_case_inputs(store: Store, case: dict[str, Any], base: Path) -> None:
         node = labels.get("hostname") or labels.get("Hostname") or labels.get("node") or "node"
         gpu = int(labels["gpu"]) if labels.get("gpu", "").isdigit() else None
         sub = ""
-        for k in ("link", "collector", "mig"):
+        for k in ("link", "collector", "mig", "port", "device", "netdev"):
             if k in labels:
                 sub = f"{k}={labels[k]}"
         for i, v in enumerate(expand_values(s["values"])):

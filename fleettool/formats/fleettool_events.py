@@ -16,7 +16,7 @@ import json
 import math
 from typing import Any
 
-from fleettool.model import Event, normalize_pci_bus_id
+from fleettool.model import Event, EventKind, normalize_pci_bus_id
 
 EVENT_KEYS_REQUIRED = frozenset({"ts", "node", "kind", "message"})
 GPU_INDEX_MAX = 1023  # as collectors.series_map: a node's GPU index (NVML/DCGM ordinal)
@@ -49,6 +49,14 @@ def _opt_str(doc: dict[str, Any], key: str) -> str | None:
     if v is not None and not isinstance(v, str):
         raise ValueError(f"{key} is {type(v).__name__}, not a string or null")
     return v or None
+
+
+def _pci(kind: str, pci: str | None) -> str | None:
+    """A GPU's PCI id without its function (normalize_pci_bus_id); a NIC line's keeps it: the two functions of a
+    dual-port card are two devices."""
+    if not pci:
+        return None
+    return pci.strip().lower() if kind == EventKind.NIC.value else normalize_pci_bus_id(pci)
 
 
 def parse_event(line: str) -> Event:
@@ -93,7 +101,7 @@ def parse_event(line: str) -> Event:
         message=message,
         gpu=gpu,
         uuid=_opt_str(doc, "uuid"),
-        pci_bus_id=normalize_pci_bus_id(pci) if pci else None,
+        pci_bus_id=_pci(kind, pci),
         code=code,
         raw=_opt_str(doc, "raw") or "",
         source=_opt_str(doc, "source") or "",

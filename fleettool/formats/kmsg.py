@@ -5,8 +5,9 @@ Reads any of the forms in which kernel lines are found (see fixtures/samples/kms
 dmesg `[uptime]`, `dmesg -T` ctime, `dmesg --time-format=iso` (with or without `--decode` facility:level),
 syslog / journalctl short (month names in several languages) and short-iso with the host name, Talos
 `<ip>: kern: warning: [RFC3339]:`, and lines wrapped inside other tools' messages or behind launcher prefixes.
-Only lines the NVIDIA driver wrote (`NVRM:` and `nvidia-nvswitchN: SXid`) become records; mlx5, ext4 and the
-rest are skipped even when they name the same PCI bus.
+Lines the NVIDIA driver wrote (`NVRM:` and `nvidia-nvswitchN: SXid`) become GPU records, the NIC driver's (mlx5_core,
+the netdev watchdog and link lines: formats/nic_lines.py) records of kind `nic`; ext4 and the rest are skipped even
+when they name the same PCI bus. A NIC driver line that no pattern judges is counted (`nic.unjudged`).
 
 A line is a prefix (time and host: formats/kmsg_prefix.py) and a body (the driver's message:
 formats/kmsg_body.py); /dev/kmsg records and journal JSON entries carry their stamp outside the text
@@ -23,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from fleettool.formats.kmsg_body import BodyReader, KernelRecord, sxid_match
 from fleettool.formats.kmsg_entries import parse_journal_entry, parse_kmsg_record
 from fleettool.formats.kmsg_prefix import PrefixClock, Stamp, finite_time, finite_uptime
+from fleettool.formats.nic_lines import NIC_KIND, NicReader, nic_hint, nic_start
 from fleettool.model import Event
 
 # KernelRecord and the two entry readers are imported from here by collectors/kmsg.py and ingest/read_kernel.py
@@ -49,6 +51,7 @@ class KernelLogParser:
     def __init__(self, *, year: int | None = None, boot_time: float | None = None, host: str | None = None):
         self.clock = PrefixClock(year=year, boot_time=boot_time)
         self.body = BodyReader()
+        self.nic = NicReader()
         self.default_host = host
         self.lineno = 0
         self.no_base_records = (
@@ -72,7 +75,7 @@ class KernelLogParser:
             rel = self.clock.relative(line)
             if self._relative is None:
                 self._relative = rel
-        if "NVRM" not in line and "SXid" not in line and "Linux version" not in line:
+        if "NVRM" not in line and "SXid" not in line and "Linux version" not in line and not nic_hint(line):
             return None
         line = line.rstrip("\r\n")
         if len(line) > MAX_LINE:
@@ -89,7 +92,12 @@ class KernelLogParser:
         """One kernel message whose time and host came from outside the text (a journal JSON entry, a
         /dev/kmsg record): the message is read as a bare line, with the given time."""
         self.lineno += 1
-        if "NVRM" not in message and "SXid" not in message and "Linux version" not in message:
+        if (
+            "NVRM" not in message
+            and "SXid" not in message
+            and "Linux version" not in message
+            and not nic_hint(message)
+        ):
             return None
         message = message.split("\n", 1)[0].rstrip("\r")[:MAX_LINE]  # a multi-line message: its first line
         ts = ts if finite_time(ts) else None
@@ -119,16 +127,34 @@ class KernelLogParser:
             if k >= 0:
                 ts, up, host = self._stamp(given, line[:k])
                 self.body.boot()
+                self.nic.boot()
                 return KernelRecord(
                     "boot", self.lineno, line, ts, up, host or self.default_host, message=line[k : k + 200]
                 )
-            return None
+            return self._nic(line, given)
         ts, up, host = self._stamp(given, line[:i])
         host = host or self.default_host
         body = line[i + 5 :].strip()
         if body.startswith("Xid"):
             return self.body.xid(self.lineno, line, body, ts, up, host)
         return self.body.other(self.lineno, line, body, ts, up, host)
+
+    def _nic(self, line: str, given: Stamp | None) -> KernelRecord | None:
+        """A NIC driver's line (formats/nic_lines.py) -> a `nic` record, or None (not one, a deduplicated
+        ACCESS_REG line, or a line no pattern judges: counted by the reader)."""
+        at = nic_start(line)
+        if at < 0:
+            return None
+        ts, up, host = self._stamp(given, line[:at])
+        host = host or self.default_host
+        got = self.nic.read(self.lineno, line[at:], host, ts if ts is not None else up)
+        if got is None:
+            return None
+        detail = got.detail  # the reader's own copy
+        if up is not None:
+            detail["uptime"] = up
+        text = line[at : at + 300]
+        return KernelRecord(NIC_KIND, self.lineno, line, ts, up, host, got.pci, message=text, detail=detail)
 
 
 def parse_kernel_log(

@@ -14,7 +14,14 @@ from collections import defaultdict
 from fleettool.incidents.bursts import BURST_S, quiet, teardown_storms, time_groups
 from fleettool.incidents.causal import causes
 from fleettool.incidents.model import AlertView, Context
-from fleettool.incidents.spread import Group, driver_groups, node_groups, teardown_groups, topology_groups
+from fleettool.incidents.spread import (
+    Group,
+    driver_groups,
+    fabric_groups,
+    node_groups,
+    teardown_groups,
+    topology_groups,
+)
 from fleettool.model import Action, Severity
 from fleettool.store.alerts import ALERT_STATES
 from fleettool.store.incidents import IncidentRecord
@@ -156,7 +163,7 @@ def _storm(g: Group, ctx: Context) -> IncidentRecord:
         state=_state(alerts),
         severity=severity,
         page=severity == "critical" and not quiet,
-        action="none" if g.teardown or planned or g.scope == "driver" else _strongest(alerts),
+        action=g.action or ("none" if g.teardown or planned or g.scope == "driver" else _strongest(alerts)),
         root_alert=None,
         root_node=None,
         root_gpu=None,
@@ -185,8 +192,9 @@ def fold_incidents(alerts: list[AlertView], ctx: Context, burst_s: float = BURST
     ]
     free = [a for a in alerts if a.alert_id not in links and a.alert_id not in members]
     jobs, loose = teardown_groups([a for a in free if a.teardown_only], ctx)
-    got, rest = topology_groups(loose + [a for a in free if not a.teardown_only], ctx)
-    groups = jobs + got
+    fabric, rest = fabric_groups(loose + [a for a in free if not a.teardown_only], ctx)
+    got, rest = topology_groups(rest, ctx)
+    groups = jobs + fabric + got
     got, soft = driver_groups([a for a in rest if not a.hardware], ctx)
     groups += got
     got, rest = node_groups(soft + [a for a in rest if a.hardware])

@@ -69,7 +69,8 @@ def alert_views(store: Store, now: float | None = None) -> list[AlertView]:
             action=r["action"] or "none",
             node=r["node"] or "",
             gpu=r["gpu"],
-            pci_bus_id=r["pci_bus_id"],
+            # a NIC's PCI address (an mlx5 line) is no GPU: its alert is the node's
+            pci_bus_id=None if r["category"] == "nic" else r["pci_bus_id"],
             state=r["state"] or "resolved",
             first_seen=r["first_seen"] or 0.0,
             last_seen=r["last_seen"] or r["first_seen"] or 0.0,

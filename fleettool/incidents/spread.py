@@ -2,6 +2,12 @@
 
 - teardown: XIDs 13/31/43/45 with no hardware root on a job's nodes, one group per job (bursts.py joins a
   storm of them into one incident; those of no known job fold as below);
+- fabric: NIC faults (category nic: a port down, flapping, dropped or degraded) on several nodes of one IB leaf,
+  and NVLink faults (category nvlink: links fewer, fabric unhealthy, ...) on several nodes of one NVLink domain,
+  whatever rule found each, each within FABRIC_WINDOW_S of the one before: the leaf or the domain's switches
+  failed, not the nodes. One incident keyed by the leaf or domain, action none (no node is cordoned or sent to
+  inspection for its switch's fault); it pages once. Several: k >= 3 nodes, or k >= 2 that are at least half
+  of the n the topology places there;
 - topology: the same rule (and XID) on k of n nodes of a rack, NVLink domain or IB leaf (k >= 2 and
   k >= n/2, n the nodes the topology places there) within WINDOW_S (k >= 3 where hardware faults are among
   them: that many parts failing together in one place share a cause);
@@ -27,7 +33,12 @@ SCOPE_ORDER = {
     "nccl": ("leaf", "nvlink-domain", "rack"),
     "thermal": ("rack", "nvlink-domain", "leaf"),
     "power": ("rack", "nvlink-domain", "leaf"),
+    "nic": ("leaf", "rack", "nvlink-domain"),
 }
+# the fabric stage: a category's faults across rules, judged in the scope of its switches
+FABRIC_SCOPES = {"nic": "leaf", "nvlink": "nvlink-domain"}
+FABRIC_WINDOW_S = 60.0
+FABRIC_WHAT = {"leaf": "the leaf switch", "nvlink-domain": "the domain's NVLink switches or fabric manager"}
 DEFAULT_ORDER = ("rack", "nvlink-domain", "leaf")
 SCOPE_KEYS = {"rack": ("rack",), "nvlink-domain": ("nvlink_domain", "clique"), "leaf": ("leaf",)}
 
@@ -39,6 +50,9 @@ class Group:
     alerts: list[AlertView]
     because: list[str] = field(default_factory=list)
     root: AlertView | None = None  # a burst with one hardware fault in it: that fault (bursts.py)
+    action: str | None = (
+        None  # the incident's action when not its members' strongest (a switch's fault: none)
+    )
 
     @property
     def teardown(self) -> bool:
@@ -115,6 +129,35 @@ def topology_groups(alerts: list[AlertView], ctx: Context) -> tuple[list[Group],
         for scope in SCOPE_ORDER.get(got[0].category, DEFAULT_ORDER):
             rest = _fold_scope(rule, rest, ctx, scope, out)
         left.extend(rest)
+    return out, left
+
+
+def fabric_groups(alerts: list[AlertView], ctx: Context) -> tuple[list[Group], list[AlertView]]:
+    """NIC faults under one leaf and NVLink faults in one domain, any rule, chained at FABRIC_WINDOW_S (module
+    docstring); and what is left."""
+    out: list[Group] = []
+    left: list[AlertView] = []
+    by_val: dict[tuple[str, str], list[AlertView]] = defaultdict(list)
+    for a in alerts:
+        scope = FABRIC_SCOPES.get(a.category)
+        v = _scope_value(ctx, a.node, scope) if scope is not None else None
+        if scope is None or v is None:
+            left.append(a)
+        else:
+            by_val[(scope, v)].append(a)
+    for (scope, value), got in sorted(by_val.items()):
+        n = _members_of(ctx, scope, value)
+        for chain in _chains(got, FABRIC_WINDOW_S):
+            k = len(_nodes(chain))
+            if k >= 3 or (k >= 2 and 2 * k >= n):
+                rules = ", ".join(sorted({a.rule for a in chain}))
+                why = (
+                    f"{k} of {n} nodes of {scope} {value} with {chain[0].category} faults ({rules}) within "
+                    f"{_span(chain)}: {FABRIC_WHAT[scope]}, not the nodes"
+                )
+                out.append(Group(scope, value, chain, [why], action="none"))
+            else:
+                left.extend(chain)
     return out, left
 
 

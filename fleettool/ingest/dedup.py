@@ -4,7 +4,7 @@
 An event is keyed by what it says and when: its node, kind and code, its time to the whole second (the precision
 every kernel-log shape shares: syslog and `dmesg -T` stamps carry seconds, journalctl short-precise and
 /dev/kmsg microseconds) or, with no wall time, its uptime, and its message as the driver wrote it (the text from
-`NVRM:` / `SXid` on, its spaces collapsed: the prefix of each shape differs). Keys are counted, not only matched:
+`NVRM:` / `SXid` (or the NIC driver's device prefix) on, its spaces collapsed: the prefix of each shape differs). Keys are counted, not only matched:
 a file holding a line twice in one second, read after a file that held it once, adds one. Two lines with the same
 text at different times are two events. Lines with no time at all are never merged (nothing says they are one).
 """
@@ -17,6 +17,7 @@ import re
 from collections import Counter
 from collections.abc import Hashable
 
+from fleettool.formats.nic_lines import nic_start
 from fleettool.model import Event
 from fleettool.store import Store
 
@@ -25,10 +26,12 @@ _RE_SPACE = re.compile(r"\s+")
 
 
 def said(raw: str | None, message: str | None) -> str:
-    """What a kernel line says, without the prefix its shape put before it."""
+    """What a kernel line says, without the prefix its shape put before it (the NIC driver's lines: from the
+    driver's device prefix on, formats/nic_lines.py)."""
     text = raw or message or ""
     m = _RE_BODY.search(text)
-    return _RE_SPACE.sub(" ", text[m.start() if m else 0 :]).strip()
+    start = m.start() if m else max(nic_start(text), 0)
+    return _RE_SPACE.sub(" ", text[start:]).strip()
 
 
 def _uptime(detail: object) -> float | None:

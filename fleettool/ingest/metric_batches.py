@@ -56,6 +56,9 @@ class BatchIngest(MetricsIngest):
                 "keep": np.asarray(sm.keep, dtype=bool),
                 "scale": np.asarray(sm.scale, dtype=np.float64),
                 "int32": np.asarray(sm.int32, dtype=bool),
+                "ceiling": np.asarray(sm.ceiling, dtype=np.float64),
+                "pinned": np.asarray(sm.pinned, dtype=np.float64),
+                "any_saturating": bool(np.isfinite(np.asarray(sm.ceiling, dtype=np.float64)).any()),
                 "gpu": np.asarray([-1 if g is None else g for g in sm.gpu], dtype=np.int16),
                 "no_gpu": np.asarray([g is None for g in sm.gpu], dtype=bool),
                 "node": pa.array(sm.node, pa.string()),
@@ -77,12 +80,23 @@ class BatchIngest(MetricsIngest):
         int32 = c["int32"][sid]
         blank = val >= DCGM_FP64_BLANK
         blank |= int32 & (val >= DCGM_INT32_BLANK) & (val <= DCGM_INT32_BLANK + 15)
-        keep = mapped & ~blank & ~np.isnan(val) & np.isfinite(ts)  # the parser checks timestamps: a backstop
+        # an IB counter at its width's maximum stopped counting (saturated): unknown, not a sample; only
+        # node_exporter's IB counters have a width, so other files pay nothing for it
+        saturated = None
+        if c["any_saturating"]:
+            saturated = np.isfinite(val) & ((val >= c["ceiling"][sid]) | (val == c["pinned"][sid]))
+            blank &= ~saturated
+        # the parser checks timestamps: isfinite(ts) is a backstop
+        keep = mapped & ~blank & ~np.isnan(val) & np.isfinite(ts)
+        if saturated is not None:
+            keep &= ~saturated
         s = sid[keep]
         if len(s) != len(sid):  # some not stored: counted per series, whole arrays at a time
             finite = np.isfinite(val)
             self._tally(UNMAPPED, sid[~mapped])
             self._tally(BLANK, sid[mapped & blank & finite])
+            if saturated is not None:
+                self._tally(SATURATED, sid[mapped & saturated])
             self._tally(NONFINITE, sid[mapped & ~keep & ~finite])
         idx = pa.array(s.astype(np.int32))
         us = np.round(ts[keep] * 1e6).astype(np.int64)
@@ -133,7 +147,11 @@ class BatchIngest(MetricsIngest):
                 )
             else:
                 out.append(f"no GPU series fleettool knows: {what}")
-        for why, what in ((BLANK, "DCGM's not-supported value"), (NONFINITE, "NaN or infinite")):
+        for why, what in (
+            (BLANK, "DCGM's not-supported value"),
+            (SATURATED, "an IB counter at its width's maximum (saturated: unknown, not 0)"),
+            (NONFINITE, "NaN or infinite"),
+        ):
             acc = self.dropped.get(why)
             if acc is not None and acc.any():
                 samples = int(acc.sum())
@@ -142,7 +160,7 @@ class BatchIngest(MetricsIngest):
         return out
 
 
-UNMAPPED, BLANK, NONFINITE = "unmapped", "blank", "nonfinite"
+UNMAPPED, BLANK, NONFINITE, SATURATED = "unmapped", "blank", "nonfinite", "saturated"
 # info series whose labels make the GPU inventory (a recording's, the agent's /metrics): read, never a sample
 READ_FOR_INVENTORY = frozenset({"fleettool_gpu_info"})
 NAMES_SHOWN = 3  # metric names a note lists before "(N more)"

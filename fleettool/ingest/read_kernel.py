@@ -159,6 +159,7 @@ def read_kernel_log(store: Store, path: Path, opts: IngestOptions, rep: FileRepo
     parser = KernelLogParser(year=year, host=None)
     lines = _naming_old_events(path, rep, iter_lines(path))
     _kernel_records(store, path, opts, rep, parser.feed_all(lines))
+    _nic_notes(rep, parser)
     if parser.year_used:  # syslog or dmesg -H stamps were read: they carry no year
         rep.notes.append(f"syslog stamps carry no year: {year} taken from {year_src}")
     if parser.no_base_records:  # dmesg -H / delta gaps with no date line before them: no wall time to add to
@@ -177,9 +178,27 @@ def read_kernel_log(store: Store, path: Path, opts: IngestOptions, rep: FileRepo
         )
 
 
+def _nic_notes(rep: FileReport, parser: KernelLogParser) -> None:
+    """What the NIC driver's lines gave beyond events: the ACCESS_REG lines folded into their device's event of
+    the day, and the lines no pattern judges (read, counted, never dropped in silence)."""
+    nic = parser.nic
+    if nic.deduplicated:
+        rep.notes.append(
+            f"{nic.deduplicated} NIC ACCESS_REG lines folded into their device's one event a day (noise)"
+        )
+    if nic.unjudged and nic.first_unjudged is not None:
+        line, text = nic.first_unjudged
+        rep.notes.append(
+            f"{nic.unjudged} NIC driver lines read but not judged (no pattern matches them; first: line {line}: "
+            f"{text[:80]!r})"
+        )
+
+
 def read_journal_json(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
-    records = _decoded_records(path, rep, parse_journal_entry, "a journal JSON entry")
+    parser = KernelLogParser()
+    records = _decoded_records(path, rep, parse_journal_entry, "a journal JSON entry", parser)
     _kernel_records(store, path, opts, rep, records)
+    _nic_notes(rep, parser)
 
 
 def _decode_kmsg(line: str) -> tuple[str, float | None, float | None, str | None] | None:
@@ -193,7 +212,11 @@ def _decode_kmsg(line: str) -> tuple[str, float | None, float | None, str | None
 
 
 def read_dev_kmsg(store: Store, path: Path, opts: IngestOptions, rep: FileReport) -> None:
-    _kernel_records(store, path, opts, rep, _decoded_records(path, rep, _decode_kmsg, "a /dev/kmsg record"))
+    parser = KernelLogParser()
+    _kernel_records(
+        store, path, opts, rep, _decoded_records(path, rep, _decode_kmsg, "a /dev/kmsg record", parser)
+    )
+    _nic_notes(rep, parser)
 
 
 def _decoded_records(
@@ -201,10 +224,10 @@ def _decoded_records(
     rep: FileReport,
     decode: Callable[[str], tuple[str, float | None, float | None, str | None] | None],
     what: str,
+    parser: KernelLogParser,
 ) -> Iterator[KernelRecord]:
     """Kernel records from a file of one message per line (journal JSON, /dev/kmsg records): `decode` gives
     (message, wall time, uptime, host), an empty message for a line to pass over, or None for a bad line."""
-    parser = KernelLogParser()
     for lineno, line in enumerate(iter_lines(path), 1):
         entry = decode(line) if line.strip() else ("", None, None, None)
         if entry is None:

@@ -50,4 +50,9 @@ READERS: dict[str, Reader] = {
     "sacct": _lazy("read_topology", "read_sacct"),
     "kube-nodes": _lazy("read_topology", "read_kube_nodes"),
     "topology-csv": _lazy("read_topology", "read_topology_csv"),
+    "ibstat": _lazy("read_ib", "read_ibstat"),
+    "ibv-devinfo": _lazy("read_ib", "read_ibv_devinfo"),
+    "perfquery": _lazy("read_ib", "read_perfquery"),
+    "iblinkinfo": _lazy("read_ib", "read_iblinkinfo"),
+    "ib-sysfs-tar": _lazy("read_ib", "read_ib_sysfs_tarball"),
 }

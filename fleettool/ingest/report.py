@@ -35,6 +35,11 @@ READER_NAMES = {
     "sacct": "sacct --parsable2",
     "kube-nodes": "kubectl get nodes -o json",
     "topology-csv": "topology CSV",
+    "ibstat": "ibstat / ibstatus",
+    "ibv-devinfo": "ibv_devinfo",
+    "perfquery": "perfquery",
+    "iblinkinfo": "iblinkinfo",
+    "ib-sysfs-tar": "sysfs tarball (/sys/class/infiniband)",
 }
 
 

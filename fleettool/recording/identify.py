@@ -11,8 +11,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleettool.formats import kube_nodes, sacct, slurm_topology, topology_csv
+from fleettool.formats import ib_text, kube_nodes, sacct, slurm_topology, topology_csv
 from fleettool.formats.fleettool_events import EVENT_KEYS_REQUIRED
+from fleettool.formats.ib_sysfs_tar import sniff_tar
 from fleettool.formats.kmsg_prefix import LINE_SHAPES
 from fleettool.formats.nvidia_smi_paste import sniff as sniff_smi_paste
 from fleettool.formats.openmetrics import decide_millis
@@ -88,7 +89,7 @@ def identify(path: Path) -> str:
     """'openmetrics', 'prometheus', 'kmsg', 'kmsg-journal-json', 'kmsg-raw', 'fleettool-events', 'nccl-tests',
     'nccl-tests-json', 'nvidia-smi-xml', 'nvidia-smi-text', 'dcgmi-diag', 'dcgmi-diag-json', 'dcgmi-health',
     'dcgmi-health-json', 'dcgmi-dmon', 'dcgmi-discovery', 'slurm-topology', 'sacct', 'kube-nodes',
-    'topology-csv', 'duckdb', or 'unknown', from the content (gunzipped)."""
+    'topology-csv', 'ibstat', 'ibv-devinfo', 'perfquery', 'iblinkinfo', 'ib-sysfs-tar', 'duckdb', or 'unknown', from the content (gunzipped)."""
     return identify_why(path).format
 
 
@@ -109,6 +110,11 @@ def identify_bytes(raw: bytes) -> Identity:
         return Identity("duckdb", why="a DuckDB database, not a recording")
     if not raw.strip():
         return Identity("unknown", why="empty file" if not raw else "only whitespace")
+    if raw[257:262] == b"ustar":  # a tar archive (gunzipped above): a saved /sys/class/infiniband, or why not
+        lay = sniff_tar(raw)
+        if lay is not None:
+            return Identity("ib-sysfs-tar", f"tar of {lay}")
+        return Identity("unknown", why="a tar archive, but not of /sys/class/infiniband")
     if not _text_like(raw):
         return Identity("unknown", why="binary data, not text")
     head = raw.decode("utf-8", "replace")
@@ -127,6 +133,9 @@ def identify_bytes(raw: bytes) -> Identity:
     topo = identify_topology(head)
     if topo is not None:
         return topo
+    ib = ib_text.sniff(head)  # ibstat, ibstatus, ibv_devinfo, perfquery, iblinkinfo
+    if ib is not None:
+        return Identity(*ib)
     if re.search(r"^\|\s*NVIDIA-SMI \d", head, re.M):
         return Identity("unknown", why="nvidia-smi's table view (save nvidia-smi -q or -q -x instead)")
     smi_paste = sniff_smi_paste(head.splitlines()[:400])  # -q as pasted: a prompt line, a lone -d section

@@ -200,6 +200,7 @@ class FabricInfo:
     clique_id: int
     state: int
     status: int = 0
+    health_mask: int | None = None  # nvmlGpuFabricInfo_v2's healthMask (None: the older struct has none)
 
     @property
     def uuid(self) -> str:

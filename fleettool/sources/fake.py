@@ -32,7 +32,14 @@ from fleettool.sources.base import (
     SourceUnavailable,
 )
 from fleettool.sources.fake_costs import READ_COST_US
-from fleettool.sources.fake_inject import BUSY_MEMORY_BYTES, KINDS, Injection, parse_injection
+from fleettool.sources.fake_inject import (
+    BUSY_MEMORY_BYTES,
+    KINDS,
+    Injection,
+    fabric_unhealthy,
+    nvlink_rows,
+    parse_injection,
+)
 from fleettool.sources.nvml_events import EventQueue, EventWaiter
 
 __all__ = ["KINDS", "READ_COST_US", "FakeSource", "Injection", "parse_injection"]
@@ -108,8 +115,11 @@ class FakeSource:
         costs: bool = False,
         clock: float | None = None,
         fabric: FabricInfo | int | None = None,
+        nvlinks: int = 0,
     ) -> None:
         self.n = gpus
+        # NVLinks per GPU the nvlink read answers with (all active, no errors) where the recording has none
+        self.nvlinks = nvlinks
         # what fabric_info answers: recorded fabric info, an NVML error code to fail with, or (None) what a
         # GPU outside an NVLink fabric answers (a real H100 80GB HBM3, driver 580.159.04: state 0, UUID zeros)
         self.fabric = FabricInfo("0" * 32, 0, 0, 0) if fabric is None else fabric
@@ -164,6 +174,9 @@ class FakeSource:
     def fabric_info(self, index: int) -> FabricInfo:
         if isinstance(self.fabric, int):
             raise _nvml_error(f"nvmlDeviceGetGpuFabricInfoV(gpu {index})", self.fabric)
+        now = self._now if self._now is not None and not self._live else time.time()
+        if any(j.kind == "fabric-unhealthy" for j in self._active(now, index)):
+            return fabric_unhealthy(self.fabric)
         return self.fabric
 
     def _active(self, now: float, gpu: int | None = None) -> list[Injection]:
@@ -229,6 +242,8 @@ class FakeSource:
             frame = self._frames.at(now - (self._t0 or now))
             metrics = READS[what][1]
             rows: list[Row] = [(m, sub, v) for (m, sub), v in frame.items() if m in metrics]
+            if not rows and what == "nvlink":
+                rows = nvlink_rows(self.nvlinks)
             if not rows:
                 raise NotSupported(f"{label}: Not Supported")
             return self._apply(index, what, rows, active, now)
@@ -273,6 +288,10 @@ class FakeSource:
                 t = now - (self._t0 or now) - j.after_s
                 vals[("nvlink_link_up", "link=0")] = 1.0
                 vals[("nvlink_crc_flit_errors_total", "link=0")] = float(int(500 * t))
+            elif k == "nvlink-down" and what == "nvlink":
+                links = sorted(int(s.split("=")[1]) for m, s in vals if m == "nvlink_link_up")
+                for link in links[len(links) - (j.count or 1) :]:
+                    vals[("nvlink_link_up", f"link={link}")] = 0.0
         return [(m, s, v) for (m, s), v in vals.items()]
 
     def release_hangs(self) -> None:

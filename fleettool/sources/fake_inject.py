@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,8 @@ KINDS = {
     "remap-failure": "a failed row remap (XID 64)",
     "pcie-width": "PCIe link trained at x8",
     "nvlink-crc": "NVLink CRC flit errors at 500/s on link 0",
+    "nvlink-down": "NVLinks go down (count=N: the GPU's last N links, default 1; needs a source with NVLinks)",
+    "fabric-unhealthy": "the NVLink fabric reports its route unhealthy (health mask), on a source in a fabric",
     "lost": "the GPU stops answering (GPU_IS_LOST; for=30s: answers again after that; after=0: lost at start)",
     "missing-gpu": "the node sees one GPU fewer",
     "hang": "a read does not return (read=NAME, default energy; for=20s: returns after that, once)",
@@ -74,8 +77,8 @@ def parse_injection(spec: str) -> Injection:
 
 def load_fabric(path: Path) -> FabricInfo | int:
     """Recorded fabric info for the fake (fixtures/fabric/*.json): {"clusterUuid": 32 hex digits or a dashed
-    UUID, "cliqueId", "state", "status"}, or {"error": NVML return code} for a call that fails. ValueError
-    naming what is wrong."""
+    UUID, "cliqueId", "state", "status", optionally "healthMask"}, or {"error": NVML return code} for a call
+    that fails. ValueError naming what is wrong."""
     doc = json.loads(path.read_text())
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
@@ -83,9 +86,33 @@ def load_fabric(path: Path) -> FabricInfo | int:
         return int(doc["error"])
     try:
         uuid = str(doc["clusterUuid"]).replace("-", "").lower()
-        info = FabricInfo(uuid, int(doc["cliqueId"]), int(doc["state"]), int(doc.get("status", 0)))
+        mask = doc.get("healthMask")
+        info = FabricInfo(
+            uuid,
+            int(doc["cliqueId"]),
+            int(doc["state"]),
+            int(doc.get("status", 0)),
+            None if mask is None else int(mask),
+        )
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"needs clusterUuid, cliqueId and state: {e}") from None
     if len(uuid) != 32 or any(c not in "0123456789abcdef" for c in uuid):
         raise ValueError(f"clusterUuid {doc['clusterUuid']!r} is not 16 bytes of hex")
     return info
+
+
+def nvlink_rows(links: int) -> list[tuple[str, str, float]]:
+    """What the nvlink read answers for a GPU with `links` NVLinks, all active and without errors."""
+    out = []
+    for link in range(links):
+        sub = f"link={link}"
+        out.append(("nvlink_link_up", sub, 1.0))
+        out.extend((m, sub, 0.0) for m in READS["nvlink"][1] if m != "nvlink_link_up")
+    return out
+
+
+def fabric_unhealthy(info: FabricInfo) -> FabricInfo:
+    """The fabric info with its route reported unhealthy (nvml.h: ROUTE_UNHEALTHY TRUE, 1 at shift 4; the other
+    fields as they were, FALSE where the mask had none)."""
+    mask = info.health_mask if info.health_mask is not None else 0xAA | (1 << 8)
+    return dataclasses.replace(info, health_mask=(mask & ~(0x3 << 4)) | (1 << 4))

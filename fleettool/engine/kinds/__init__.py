@@ -8,7 +8,17 @@ _promql.py hold what the kinds share. To add a kind, write its module and add it
 
 from __future__ import annotations
 
-from fleettool.engine.kinds import absent, event, increase, nccl_localize, peer, sql, threshold, trend
+from fleettool.engine.kinds import (
+    absent,
+    event,
+    increase,
+    nccl_localize,
+    peer,
+    port_episodes,
+    sql,
+    threshold,
+    trend,
+)
 from fleettool.engine.kinds._base import Entity, Kind, KindResult, Obs, RuleLike, Verdict
 
 KINDS: dict[str, Kind] = {
@@ -23,6 +33,7 @@ KINDS: dict[str, Kind] = {
         absent.KIND,
         nccl_localize.KIND,
         sql.KIND,
+        port_episodes.KIND,
     )
 }
 

@@ -18,7 +18,13 @@ from fleettool.metrics import prom_spec
 NODE = "Hostname"  # the node label of both name sets (dcgm-exporter's; the agent's /metrics uses the same)
 GPU_ON = f"{NODE}, gpu"  # what identifies one GPU in a vector match
 # the label that carries a metric's sub-key on the agent's /metrics (model.Sample.sub "link=3" -> link="3")
-SUB_LABELS = (("nvlink_", "link"), ("agent_collector_", "collector"))
+SUB_LABELS = (
+    ("nvlink_", "link"),
+    ("agent_collector_", "collector"),
+    ("ib_device_", "device"),
+    ("ib_", "port"),
+    ("net_", "netdev"),
+)
 # {Hostname, kind, code}: the event lines the agent has seen, per kind and code
 EVENT_COUNTER = "fleettool_events_total"
 # how long an event keeps its expression true; the rule's keep_firing_for holds the alert after that

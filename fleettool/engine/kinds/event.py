@@ -8,6 +8,7 @@ escalated when it recurs across reboots or bursts; an SXID by its fatal/nonfatal
     kind: event
     events: [xid]
     codes: [79]                  # optional: every code when left out
+    what: [link-down]            # optional: only lines whose detail.what is one of these (NIC lines)
     use_xid_policy: true         # false: the rule's own severity, category and action
 """
 
@@ -66,6 +67,9 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
     if codes:
         q += " AND code IN (SELECT unnest($codes))"
         params["codes"] = [int(c) for c in codes]
+    if r.p("what"):
+        q += " AND json_extract_string(detail, '$.what') IN (SELECT unnest($whats))"
+        params["whats"] = [str(w) for w in r.p("what")]
     where = q.split(" FROM events WHERE ", 1)[1]
     # an entity of many lines (a storm) is folded into runs in SQL (kinds/_event_runs.py); the rest line by line
     big = big_entities(store, where, params) if foldable(r) else []
@@ -313,6 +317,10 @@ def promql(r: RuleLike, names: Names) -> list[PromAlert] | PromAlert:
     kinds = list(r.p("events") or ["xid"])
     codes = [int(c) for c in r.p("codes") or []]
     policy = kinds == ["xid"] and r.p("use_xid_policy", True)
+    if r.p("what"):
+        raise NotExpressible(
+            "the line's meaning (detail.what) is not a label of fleettool_events_total, which counts kind and code"
+        )
     if "sxid" in kinds:
         raise NotExpressible(
             "an SXid's severity comes from its line (fatal or non-fatal), which a count per code does not carry"
@@ -370,7 +378,7 @@ def _dcgm_xid(r: RuleLike, names: Names, codes: list[int], policy: bool) -> list
 
 KIND = Kind(
     name="event",
-    fields=frozenset({"events", "codes", "use_xid_policy"}),
+    fields=frozenset({"events", "codes", "use_xid_policy", "what"}),
     evaluate=evaluate,
     promql=promql,
     refine=refine,

@@ -1,0 +1,113 @@
+"""The port rules (rules/fabric.yaml, kinds/port_episodes.py) over samples as collectors/fabric_samples makes
+them, judged whole and as the agent judges them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fleettool.engine.evaluate import evaluate, write_alerts
+from fleettool.engine.incremental import RuleScheduler, urgent
+from fleettool.engine.rules import Rule, load_rules
+from fleettool.ingest.report import IngestOptions
+from fleettool.ingest.run import ingest
+from fleettool.model import Event, Sample
+from fleettool.recording.writer import RecordingWriter
+from fleettool.store import Store
+from tests.test_both_ways import both_ways
+
+RULES = {r.alert: r for r in load_rules()}
+T0 = 1_796_000_000.0
+PORT = "port=mlx5_0/1"
+
+
+def states(values: list[float], *, sub: str = PORT, node: str = "ib-1", step: float = 1.0) -> list[Sample]:
+    return [Sample(T0 + i * step, node, None, None, "ib_port_state", v, sub) for i, v in enumerate(values)]
+
+
+def judged(samples: list[Sample], *names: str, events: list[Event] | None = None) -> list[dict[str, object]]:
+    with Store(":memory:") as store:
+        store.write_samples(samples)
+        if events:
+            store.write_events(events)
+        store.begin()
+        write_alerts(store, evaluate(store, [RULES[n] for n in names]))
+        store.commit()
+        return store.query(
+            "SELECT rule, node, state, first_seen, last_seen, evidence FROM alerts ORDER BY first_seen"
+        )
+
+
+def test_a_port_that_was_active_going_down_fires_at_its_first_down_sample() -> None:
+    got = judged(states([4.0] * 30 + [1.0] * 30), "NicPortDown")
+    assert [(a["rule"], a["state"]) for a in got] == [("NicPortDown", "firing")]
+    assert got[0]["first_seen"].timestamp() == T0 + 30  # type: ignore[union-attr]
+
+
+def test_ports_that_never_reached_active_do_not_count() -> None:
+    training = states([1.0] * 20 + [2.0] * 20 + [4.0] * 20, sub="port=mlx5_1/1")  # trains, then ACTIVE
+    by_design = states([1.0] * 60, sub="port=mlx5_2/1")
+    assert judged(training + by_design, "NicPortDown") == []
+
+
+def test_a_boot_resets_what_was_active() -> None:
+    """Up before a reboot, then training (down) after it: no port down at runtime."""
+    before = states([4.0] * 10)
+    after = [
+        Sample(T0 + 600 + i, "ib-1", None, None, "ib_port_state", 1.0 if i < 20 else 4.0, PORT)
+        for i in range(40)
+    ]
+    boot = Event(T0 + 300, "ib-1", "boot", "Linux version 6.8", source="kmsg")
+    assert judged(before + after, "NicPortDown", events=[boot]) == []
+    assert [a["rule"] for a in judged(before + after, "NicPortDown")] == ["NicPortDown"]  # no boot: a fault
+
+
+def test_port_down_ends_only_after_ten_minutes_active_and_says_so() -> None:
+    import json
+
+    got = judged(states([4.0] * 10 + [1.0] * 30 + [4.0] * 599, step=1.0), "NicPortDown")
+    assert [a["state"] for a in got] == ["firing"]  # 599 s ACTIVE: not yet proven
+    got = judged(states([4.0] * 10 + [1.0] * 30 + [4.0] * 700), "NicPortDown")
+    assert [a["state"] for a in got] == ["resolved"]
+    ev = json.loads(str(got[0]["evidence"]))
+    assert ev["closed_by"] == "up 10m" and ev["findings"][0]["held"] == "up 10m"
+
+
+def test_port_down_never_ends_on_missing_samples() -> None:
+    """ACTIVE once, then the port's series stop while the node goes on reporting: stale, not resolved."""
+    port = states([4.0] * 10 + [1.0] * 10 + [4.0])
+    other = states([4.0] * 4000, sub="port=mlx5_3/1")
+    got = judged(port + other, "NicPortDown")
+    assert [a["state"] for a in got] == ["stale"]
+
+
+def test_port_down_is_an_instant_rule() -> None:
+    r = RULES["NicPortDown"]
+    assert urgent(r) and "ib_port_state" in RuleScheduler([r]).instant_metrics()
+
+
+def _both(samples: list[Sample], rules: list[Rule], *, gap: bool = False) -> None:
+    with Store(":memory:") as store:
+        store.write_samples(samples)
+        both_ways(store, rules, gap=gap)
+
+
+def test_port_down_both_ways_with_a_restart() -> None:
+    s = states([4.0] * 600 + [1.0] * 400 + [4.0] * 1500 + [1.0] * 100 + [4.0] * 200, step=1.0)
+    _both(s, [RULES["NicPortDown"]])
+    _both(s, [RULES["NicPortDown"]], gap=True)
+
+
+def test_a_recording_keeps_the_port_of_each_series(tmp_path: Path) -> None:
+    """fleettool's own OpenMetrics names with a `port` label replay as the port's sub-series."""
+
+    class C:
+        def __init__(self, samples: list[Sample]) -> None:
+            self.samples, self.events, self.gpus = samples, [], []
+
+    w = RecordingWriter(tmp_path / "rec", "ib-1")
+    w.add(C(states([4.0] * 5) + [Sample(T0, "ib-1", None, None, "ib_device_present", 1.0, "device=mlx5_0")]))
+    w.write()
+    with Store(tmp_path / "s.duckdb") as store:
+        ingest(store, tmp_path / "rec", IngestOptions(quiet=True))
+        subs = {(r["metric"], r["sub"]) for r in store.query("SELECT DISTINCT metric, sub FROM samples")}
+    assert subs == {("ib_port_state", PORT), ("ib_device_present", "device=mlx5_0")}
