@@ -7,22 +7,23 @@ and, after its start-up, runs trials one at a time:
 - port: after a random 0-1 s pause (any phase of the agent's 1 s tick), write `1: DOWN` into one port's `state`
   file and time, from the write, until (a) /metrics shows its `fleettool_alerts{rule=...}` series (polled every
   --poll s, 0.1 by default: each render costs the agent's CPU, and on 2 cores polling every 20 ms slowed what it
-  measures) and (b) the alert is
-  firing in the store, for a reader (a read-only DuckDB connection opened per poll, as `fleettool alerts` does;
-  polled every 20 ms once /metrics shows it: the agent writes the store first, and a reader holding the file
-  delays the agent's flush); `read_s` is when the agent's tick read the port DOWN (its sample's time); then write `4: ACTIVE` back and wait until the alert
-  is resolved and gone from /metrics, so the next trial raises a new one (a node's port alerts fold into one
-  while they overlap);
+  measures) and (b) the alert is firing in the store, for a reader (a read-only DuckDB connection opened per
+  poll, as `fleettool alerts` does; polled every 20 ms once /metrics shows it: the agent writes the store first,
+  and a reader holding the file delays the agent's flush). `read_s` is when the agent's tick read the port DOWN
+  (its sample's time). With --site-rule, `4: ACTIVE` is then written back and the alert waited out, so the next
+  trial raises a new one (a node's port alerts fold into one while they overlap);
 - xid (the baseline, --xids per round): after the same random pause, append an `NVRM: Xid (PCI:...): 79` line
   for the next GPU to the kernel-log file and time it the same way (an XID 79 holds its GPU's alert: one per GPU
   and agent, so each round is a fresh agent and store).
 
-The port-down rule: by default a site rule file (`--rules`) with a threshold `ib_port_state < 4` and no `for`
-(an instant rule: judged at once when the value changes, as the double-bit rule is); `--builtin-rule NAME`
-watches a built-in rule instead (rules/fabric.yaml's, once on main). A rule with a `for` is judged on its
-cadence (60 s at least), not within seconds.
+The port-down rule: by default the built-in NicPortDown (rules/fabric.yaml: a port that was ACTIVE going below
+it, an instant rule judged at the flush that stores the DOWN sample). It ends only after 10 min ACTIVE and a
+node's port alerts fold into one, so each round (a fresh agent and store) takes one port trial and one XID trial.
+`--site-rule` watches a site rule file's threshold `ib_port_state < 4` without `for` instead, which resolves when
+the port is ACTIVE again, so a round can take several port trials (`--ports 14 --xids 8 --rounds 4`).
 
-  python bench/fabric_latency.py --rounds 4 --ports 14 --json bench/results/fabric-latency-dev.json
+  python bench/fabric_latency.py --json bench/results/fabric-latency-nicportdown-dev.json
+  python bench/fabric_latency.py --site-rule --rounds 4 --ports 14 --xids 8 --json bench/results/fabric-latency-dev.json
 """
 
 from __future__ import annotations
@@ -158,8 +159,8 @@ def one_round(a: argparse.Namespace, rnd: int) -> list[dict[str, object]]:
     cmd += ["--db", str(db), "--node", NODE, "--source", "fake", "--gpus", str(a.gpus), "--kmsg", str(kmsg)]
     cmd += ["--dcgm-exporter", "off", "--metrics-port", str(a.port), "--flush", a.flush]
     cmd += ["--sysfs-root", str(root), "--fabric-exclude", "mlx5_bond_*"]
-    rule = a.builtin_rule or RULE
-    if not a.builtin_rule:
+    rule = RULE if a.site_rule else a.builtin_rule
+    if a.site_rule:
         (work / "site.yaml").write_text(SITE_RULES)
         cmd += ["--rules", str(work / "site.yaml")]
     errlog = (work / "agent.stderr").open("w")  # noqa: SIM115 - open for the agent's whole life
@@ -186,7 +187,9 @@ def one_round(a: argparse.Namespace, rnd: int) -> list[dict[str, object]]:
                 f.write_text("1: DOWN\n")
                 s_s, m_s = _wait(db, a.port, rule, None, a.limit, a.poll)
                 f.write_text("4: ACTIVE\n")
-                cleared = _cleared(db, a.port, rule)
+                # a built-in port rule ends only on proof (NicPortDown: 10 min ACTIVE) and a node's port alerts
+                # fold into one: such a round takes one port trial (--ports 1), and nothing is waited for here
+                cleared = _cleared(db, a.port, rule) if a.site_rule else None
                 read = _read_at(db, f"port={dev}/1", wall)
                 p: dict[str, object] = {
                     "round": rnd,
@@ -236,13 +239,21 @@ def stat(values: list[float]) -> dict[str, float | int | None]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=4, help="a fresh agent and store each round")
-    ap.add_argument("--ports", type=int, default=14, help="port-down trials per round")
-    ap.add_argument("--xids", type=int, default=8, help="XID trials per round (one per GPU, at most --gpus)")
+    ap.add_argument("--rounds", type=int, default=56, help="a fresh agent and store each round")
+    ap.add_argument(
+        "--ports", type=int, default=1, help="port-down trials per round (more than 1 with --site-rule only)"
+    )
+    ap.add_argument("--xids", type=int, default=1, help="XID trials per round (one per GPU, at most --gpus)")
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--flush", default="30s", help="the agent's --flush (the DaemonSet's 30 s)")
-    ap.add_argument("--builtin-rule", help="watch this built-in rule instead of the site rule file")
-    ap.add_argument("--settle", type=float, default=5.0)
+    ap.add_argument("--builtin-rule", default="NicPortDown", help="the built-in port-down rule watched")
+    ap.add_argument(
+        "--site-rule",
+        action="store_true",
+        help="watch a site rule file's `ib_port_state < 4` threshold instead (it resolves when the port is back, "
+        "so a round can take several port trials)",
+    )
+    ap.add_argument("--settle", type=float, default=3.0)
     ap.add_argument("--limit", type=float, default=15.0, help="give up on one trial after this long")
     ap.add_argument(
         "--poll",
