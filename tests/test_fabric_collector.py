@@ -174,6 +174,15 @@ def test_the_no_pma_tree_gives_unknown_counters_never_0_said_once(tmp_path: Path
     assert not c.collect(1010.0).events
 
 
+def test_the_omnipath_tree_reads_its_port_and_says_nothing(tmp_path: Path) -> None:
+    c = FabricCollector(NODE, tree(tmp_path, "sysfs-omnipath"), mono=Mono())
+    assert c.start()
+    got = c.collect(1000.0)
+    assert values(got, "ib_port_state") == {"port=hfi1_0/1": 4.0}
+    assert values(got, "ib_port_rate_gbps") == {"port=hfi1_0/1": 100.0}
+    assert values(got, "ib_link_downed_total") == {"port=hfi1_0/1": 0.0} and not got.events
+
+
 def _einval_target() -> str:
     """A real file whose read fails with EINVAL on this kernel (no LSM: /proc/self/attr/current)."""
     for path in ("/proc/self/attr/current", "/proc/self/attr/prev", "/proc/self/attr/exec"):
@@ -355,7 +364,7 @@ def test_the_agent_process_stores_the_ports_and_a_port_going_down(tmp_path: Path
 
 
 def test_the_agent_on_healthy_trees_finds_nothing(tmp_path: Path) -> None:
-    for name in ("sysfs-h100", "sysfs-node_exporter"):
+    for name in ("sysfs-h100", "sysfs-node_exporter", "sysfs-omnipath"):
         root, db = tree(tmp_path, name), tmp_path / f"{name}.duckdb"
         r = run_cli(
             "agent", "--db", str(db), *FAKE, "--sysfs-root", str(root), "--duration", "2s", "--flush", "1s"
