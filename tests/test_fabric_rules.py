@@ -111,3 +111,49 @@ def test_a_recording_keeps_the_port_of_each_series(tmp_path: Path) -> None:
         ingest(store, tmp_path / "rec", IngestOptions(quiet=True))
         subs = {(r["metric"], r["sub"]) for r in store.query("SELECT DISTINCT metric, sub FROM samples")}
     assert subs == {("ib_port_state", PORT), ("ib_device_present", "device=mlx5_0")}
+
+
+def counters(metric: str, values: list[float], *, step: float = 10.0) -> list[Sample]:
+    return [Sample(T0 + i * step, "ib-1", None, None, metric, v, PORT) for i, v in enumerate(values)]
+
+
+def test_a_counter_reset_is_no_increment_but_a_step_after_it_is() -> None:
+    reset = counters("ib_link_downed_total", [5.0] * 10 + [2.0] * 10)  # a boot: the counter restarts at 2
+    assert judged(reset, "NicCounterLinkDowned") == []
+    after = counters("ib_link_downed_total", [5.0] * 10 + [2.0] * 10 + [3.0] * 10)
+    assert [a["rule"] for a in judged(after, "NicCounterLinkDowned")] == ["NicCounterLinkDowned"]
+
+
+def test_the_counter_rules_export_without_counting_resets() -> None:
+    from fleettool.engine.promql import promql_of
+
+    expr = promql_of(RULES["NicCounterLinkDowned"])[0].expr
+    assert "increase(" not in expr and "clamp_min(" in expr and "offset 10s" in expr
+
+
+def test_flapping_ends_after_twelve_hours_up_and_not_before() -> None:
+    flaps: list[float] = []
+    for _ in range(3):
+        flaps += [4.0] * 6 + [1.0] * 3  # 30 s down (10 s apart), then ACTIVE
+    up_11h = [4.0] * (11 * 360)
+    got = judged(states(flaps + up_11h, step=10.0), "NicPortFlapping")
+    assert [a["state"] for a in got] == ["firing"]
+    got = judged(states(flaps + up_11h + [4.0] * 400, step=10.0), "NicPortFlapping")
+    assert [a["state"] for a in got] == ["resolved"]
+
+
+def test_a_short_blip_is_no_flap() -> None:
+    blips: list[float] = []
+    for _ in range(5):
+        blips += [4.0] * 6 + [1.0] * 2  # 20 s down: under 25 s
+    assert judged(states(blips + [4.0] * 10, step=10.0), "NicPortFlapping") == []
+
+
+def test_flap_and_drop_both_ways_with_a_restart() -> None:
+    s: list[float] = []
+    for _ in range(4):
+        s += [4.0] * 60 + [1.0] * 4
+    s += [4.0] * 200 + [1.0] * 40 + [4.0] * 200  # a 400 s drop
+    rules = [RULES["NicPortFlapping"], RULES["NicPortDropped"], RULES["NicPortDown"]]
+    _both(states(s, step=10.0), rules)
+    _both(states(s, step=10.0), rules, gap=True)
