@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fleettool.engine.evaluate import evaluate, write_alerts
 from fleettool.engine.incremental import RuleScheduler, urgent
 from fleettool.engine.rules import Rule, load_rules
@@ -13,6 +15,7 @@ from fleettool.ingest.run import ingest
 from fleettool.model import Event, Sample
 from fleettool.recording.writer import RecordingWriter
 from fleettool.store import Store
+from tests import ib_faults
 from tests.test_both_ways import both_ways
 
 RULES = {r.alert: r for r in load_rules()}
@@ -157,3 +160,82 @@ def test_flap_and_drop_both_ways_with_a_restart() -> None:
     rules = [RULES["NicPortFlapping"], RULES["NicPortDropped"], RULES["NicPortDown"]]
     _both(states(s, step=10.0), rules)
     _both(states(s, step=10.0), rules, gap=True)
+
+
+# --- faults written into copies of the real trees (fixtures/ib-faults/, tests/ib_faults.py) ---
+
+FABRIC = [r for r in load_rules() if r.source.endswith("fabric.yaml")]
+ALL = load_rules()
+
+
+def _ingested(name: str, tmp_path: Path) -> Store:
+    store = Store(tmp_path / f"{name}.duckdb")
+    ingest(store, ib_faults.FAULTS / name, IngestOptions(quiet=True))
+    return store
+
+
+@pytest.mark.parametrize("name", ib_faults.names())
+def test_each_fault_is_found_in_replay_and_nothing_else(name: str, tmp_path: Path) -> None:
+    """The recording of each fault (replayed as `fleettool replay fixtures/ib-faults/NAME` reads it) gives the
+    findings its spec expects, of the fabric rules, and no other rule fires on it; the healthy trees none."""
+    spec = ib_faults.load(name)
+    with _ingested(name, tmp_path) as store:
+        found = {f.rule.alert for inc in evaluate(store, ALL) for f in inc.findings}
+        for inc in evaluate(store, FABRIC):
+            assert inc.key == "nic" and inc.node == spec.node and inc.gpu is None
+            for f in inc.findings:
+                assert f.category.value == "nic" and spec.node in f.summary
+                assert f.key in f.summary or f.rule.alert == "NicPortCountDropped"
+    assert found == set(spec.expect["rules"])
+
+
+@pytest.mark.parametrize("name", ib_faults.names())
+def test_the_recording_is_what_the_spec_makes(name: str, tmp_path: Path) -> None:
+    """The committed recording is the spec read through read_ib_sysfs + fabric_samples now (regenerate with
+    `python -m tests.ib_faults` after changing a spec or the mapping)."""
+    ib_faults.write_recording(ib_faults.load(name), tmp_path / "rec", tmp_path / "work")
+    q = "SELECT epoch(ts) AS t, node, gpu, metric, sub, value FROM samples ORDER BY ALL"
+    with _ingested(name, tmp_path) as committed, Store(tmp_path / "new.duckdb") as fresh:
+        ingest(fresh, tmp_path / "rec", IngestOptions(quiet=True))
+        assert committed.query(q) == fresh.query(q)
+
+
+@pytest.mark.parametrize("name", [n for n in ib_faults.names() if not n.startswith("healthy")])
+def test_each_fault_both_ways_and_across_a_restart(name: str, tmp_path: Path) -> None:
+    for gap in (False, True):
+        with Store(":memory:") as store:
+            ingest(store, ib_faults.FAULTS / name, IngestOptions(quiet=True))
+            both_ways(store, FABRIC, gap=gap)
+
+
+def test_saturated_counters_of_the_real_tree_are_never_samples(tmp_path: Path) -> None:
+    """mlx5_1's link_downed=255 and excessive_buffer_overrun_errors=15 (saturated) have no sample at all, so
+    NicCounterLinkDowned / NicCounterBufferOverrun can never fire on them, whatever happens to the link."""
+    with _ingested("healthy-h100", tmp_path) as store:
+        subs = {
+            r["sub"]
+            for r in store.query("SELECT DISTINCT sub FROM samples WHERE metric = 'ib_link_downed_total'")
+        }
+        over = {
+            r["sub"]
+            for r in store.query(
+                "SELECT DISTINCT sub FROM samples WHERE metric = 'ib_excessive_buffer_overrun_errors_total'"
+            )
+        }
+    assert "port=mlx5_1/1" not in subs and "port=mlx5_bond_0/1" in subs  # the bond's link_downed reads 0
+    assert over == set()  # 15 on both ports that have counters
+
+
+def test_the_live_tree_at_an_offset_has_the_fault_written_in(tmp_path: Path) -> None:
+    """write_tree: what a collector over --sysfs-root sees before and after a change."""
+    from fleettool.formats.ib_sysfs import read_ib_sysfs
+
+    spec = ib_faults.load("port-down")
+    before = read_ib_sysfs(ib_faults.write_tree(spec, tmp_path / "sys", 299))
+    after = read_ib_sysfs(ib_faults.write_tree(spec, tmp_path / "sys", 300))
+    state = {p.key: p.state for p in before.ports}
+    assert state["mlx5_4/1"] == 4 and {p.key: p.state for p in after.ports}["mlx5_4/1"] == 1
+    lost = ib_faults.load("nic-lost")
+    assert "mlx5_8" not in {
+        p.device for p in read_ib_sysfs(ib_faults.write_tree(lost, tmp_path / "l", 300)).ports
+    }

@@ -3,7 +3,8 @@
 
     kind: port_peer              # one port's rate or width below its peers' or its own best
     metric: ib_port_rate_gbps
-    below_fraction: 0.1          # more than 10 % below the median of the node's ACTIVE ports of its link layer
+    below_fraction: 0.1          # more than 10 % below the median of the node's ACTIVE ports of its kind (link
+                                 # layer and driver: mlx5 InfiniBand rails, not a RoCE bond or an Omni-Path port)
     min_peers: 2                 # ports of that link layer on the node, itself included, for the peer test
     window: 1d                   # ... or more than 10 % below its own best while ACTIVE in this window
 
@@ -24,6 +25,10 @@ from fleettool.engine.kinds._sql import SERIES_STALE_S, run_obs_sql, src
 from fleettool.store import Store
 
 ACTIVE = 4.0
+# a port's kind beside its link layer: its driver, from the device's name (mlx5_3 -> mlx5, hfi1_0 -> hfi1), so a
+# node's CX-7 rails are compared with each other and not with an older HCA or an Omni-Path port beside them
+HCA_RE = "([A-Za-z]+[0-9]*)"
+HCA_SQL = f"regexp_extract(sub, '^port={HCA_RE}', 1)"
 
 
 def _state(metric: str) -> str:
@@ -52,8 +57,8 @@ def evaluate_peer(store: Store, r: RuleLike, start: float, end: float) -> KindRe
     ctes = _state(r.p("metric")) + (
         f", act AS (SELECT * FROM a WHERE state >= {ACTIVE})"
         f", ab AS (SELECT act.*, {_epoch_of_boot()} AS boot FROM act)"
-        ", p AS (SELECT *, median(value) OVER (PARTITION BY node, layer, ts) AS med, "
-        "count(*) OVER (PARTITION BY node, layer, ts) AS n, "
+        f", p AS (SELECT *, median(value) OVER (PARTITION BY node, layer, {HCA_SQL}, ts) AS med, "
+        f"count(*) OVER (PARTITION BY node, layer, {HCA_SQL}, ts) AS n, "
         "max(value) OVER (PARTITION BY node, sub, boot ORDER BY ts "
         f"RANGE BETWEEN INTERVAL {window} SECOND PRECEDING AND CURRENT ROW) AS best FROM ab)"
     )
@@ -77,12 +82,13 @@ def evaluate_count(store: Store, r: RuleLike, start: float, end: float) -> KindR
 
 
 def _active(names: Names, metric: str, layer: int | None = None) -> str:
-    """The metric's series of ACTIVE ports (of one link layer)."""
+    """The metric's series of ACTIVE ports (of one link layer), with their driver as label `hca`."""
     s, st = names.series(metric).sel, names.series("ib_port_state").sel
     e = f"({s} and on({NODE}, port) {st} >= 4)"
     if layer is not None:
         e = f"({e} and on({NODE}, port) {names.series('ib_port_link_layer').sel} == {layer})"
-    return e
+    return f'label_replace({e}, "hca", "$1", "port", "{HCA_RE}.*")'
+
 
 
 def promql_peer(r: RuleLike, names: Names) -> PromAlert:
@@ -95,13 +101,13 @@ def promql_peer(r: RuleLike, names: Names) -> PromAlert:
     for layer in (1, 2):
         a = _active(names, r.p("metric"), layer)
         alts.append(
-            f"({a} < on({NODE}) group_left quantile by ({NODE}) (0.5, {a}) * {keep} "
-            f"and on({NODE}) count by ({NODE}) ({a}) >= {int(r.p('min_peers', 2))})"
+            f"({a} < on({NODE}, hca) group_left quantile by ({NODE}, hca) (0.5, {a}) * {keep} "
+            f"and on({NODE}, hca) count by ({NODE}, hca) ({a}) >= {int(r.p('min_peers', 2))})"
         )
     a = _active(names, r.p("metric"))
     alts.append(f"({a} < max_over_time({a}[{dur(float(r.p('window', 86400)))}:1m]) * {keep})")
     s = names.series(r.p("metric"))
-    return PromAlert(" or ".join(alts), fills(s, gpu=False))
+    return PromAlert(f"max without (hca) ({' or '.join(alts)})", fills(s, gpu=False))
 
 
 def promql_count(r: RuleLike, names: Names) -> PromAlert:
