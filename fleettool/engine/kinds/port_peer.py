@@ -90,7 +90,6 @@ def _active(names: Names, metric: str, layer: int | None = None) -> str:
     return f'label_replace({e}, "hca", "$1", "port", "{HCA_RE}.*")'
 
 
-
 def promql_peer(r: RuleLike, names: Names) -> PromAlert:
     """Per link layer (1 InfiniBand, 2 Ethernet), the port against its node's median; or against its own best
     over the window (a 1-minute subquery; PromQL knows no boots, so a port slower since a reboot counts too)."""
