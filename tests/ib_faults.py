@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from collectors.fabric_pcie import pcie_samples
 from collectors.fabric_samples import DevicePresence, counter_samples, state_samples
 from fleettool import units
 from fleettool.formats.ib_sysfs import IbSysfs, read_ib_sysfs
@@ -109,10 +110,11 @@ def write_tree(spec: Spec, root: Path, offset: float) -> Path:
     return root
 
 
-def snapshots(spec: Spec, work: Path) -> Iterator[tuple[float, IbSysfs]]:
-    """(offset, reading) at the start and at each change: the tree is the same until the next one."""
+def snapshots(spec: Spec, work: Path) -> Iterator[tuple[float, IbSysfs, Path]]:
+    """(offset, reading, tree) at the start and at each change: the tree is the same until the next one."""
     for i, at in enumerate([0.0, *[a for a in change_offsets(spec) if a > 0]]):
-        yield at, read_ib_sysfs(write_tree(spec, work / f"snap-{i:02d}", at))
+        tree = write_tree(spec, work / f"snap-{i:02d}", at)
+        yield at, read_ib_sysfs(tree), tree
 
 
 def samples(spec: Spec, work: Path) -> list[Sample]:
@@ -123,12 +125,14 @@ def samples(spec: Spec, work: Path) -> list[Sample]:
     n = int(spec.end // spec.poll) + 1
     for i in range(n):
         off = i * spec.poll
-        reading = [r for at, r in snaps if at <= off][-1]
+        _, reading, tree = [s for s in snaps if s[0] <= off][-1]
         ts = spec.start + off
         for port in reading.ports:
             out.extend(state_samples(port, spec.node, ts))
             if i % spec.counter_every == 0:
                 out.extend(counter_samples(port, spec.node, ts))
+        if i % spec.counter_every == 0:  # the HCAs' PCIe links, in the counters' tier
+            out.extend(pcie_samples(tree, sorted({p.device for p in reading.ports}), spec.node, ts))
         out.extend(presence.samples(reading, spec.node, ts))
     return out
 

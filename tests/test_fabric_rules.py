@@ -239,3 +239,21 @@ def test_the_live_tree_at_an_offset_has_the_fault_written_in(tmp_path: Path) -> 
     assert "mlx5_8" not in {
         p.device for p in read_ib_sysfs(ib_faults.write_tree(lost, tmp_path / "l", 300)).ports
     }
+
+
+def test_pcie_width_reads_lanes_and_unknown_is_no_sample(tmp_path: Path) -> None:
+    from collectors.fabric_pcie import pcie_samples
+
+    dev = tmp_path / "class" / "infiniband"
+    (dev / "mlx5_0" / "device").mkdir(parents=True)
+    (dev / "mlx5_0" / "device" / "current_link_width").write_text("8\n")
+    (dev / "mlx5_0" / "device" / "max_link_width").write_text("x16\n")
+    (dev / "mlx5_1" / "device").mkdir(parents=True)
+    (dev / "mlx5_1" / "device" / "current_link_width").write_text("0\n")  # link down: no width
+    got = {
+        (s.metric, s.sub, s.value) for s in pcie_samples(tmp_path, ["mlx5_0", "mlx5_1", "mlx5_9"], "n", T0)
+    }
+    assert got == {
+        ("nic_pcie_width_lanes", "device=mlx5_0", 8.0),
+        ("nic_pcie_width_max_lanes", "device=mlx5_0", 16.0),
+    }
