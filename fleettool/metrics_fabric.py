@@ -31,6 +31,12 @@ FABRIC_DEFS: list[MetricDef] = [
         "ib_port_link_layer", "gauge", "enum", "IB port link layer (1 InfiniBand, 2 Ethernet/RoCE, 0 other)"
     ),
     MetricDef("ib_device_present", "gauge", "bool", "The RDMA device is in sysfs (sub=device=<device>)"),
+    MetricDef(
+        "ib_port_roce_v2_gids",
+        "gauge",
+        "entries",
+        "RoCE v2 entries of a RoCE port's GID table (ports/<n>/gids + gid_attrs/types; Ethernet ports only)",
+    ),
     # the RDMA device's PCIe link (its PCI function's current_link_width / max_link_width; sub=device=<device>)
     MetricDef(
         "nic_pcie_width_lanes", "gauge", "lanes", "PCIe link width of the RDMA device (sub=device=<device>)"
