@@ -35,7 +35,7 @@ FABRIC_DEFS: list[MetricDef] = [
         "ib_port_roce_v2_gids",
         "gauge",
         "entries",
-        "RoCE v2 entries of a RoCE port's GID table (ports/<n>/gids + gid_attrs/types; Ethernet ports only)",
+        "Routable RoCE v2 entries of a RoCE port's GID table (ports/<n>/gids + gid_attrs/types; no link-local)",
     ),
     # the RDMA device's PCIe link (its PCI function's current_link_width / max_link_width; sub=device=<device>)
     MetricDef(

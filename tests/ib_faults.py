@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from collectors.fabric_gids import gid_samples
 from collectors.fabric_pcie import pcie_samples
 from collectors.fabric_samples import DevicePresence, counter_samples, state_samples
 from fleettool import units
@@ -133,6 +134,7 @@ def samples(spec: Spec, work: Path) -> list[Sample]:
                 out.extend(counter_samples(port, spec.node, ts))
         if i % spec.counter_every == 0:  # the HCAs' PCIe links, in the counters' tier
             out.extend(pcie_samples(tree, sorted({p.device for p in reading.ports}), spec.node, ts))
+            out.extend(gid_samples(tree, reading.ports, spec.node, ts))
         out.extend(presence.samples(reading, spec.node, ts))
     return out
 

@@ -257,3 +257,27 @@ def test_pcie_width_reads_lanes_and_unknown_is_no_sample(tmp_path: Path) -> None
         ("nic_pcie_width_lanes", "device=mlx5_0", 8.0),
         ("nic_pcie_width_max_lanes", "device=mlx5_0", 16.0),
     }
+
+
+def test_roce_gids_count_routable_v2_entries_of_ethernet_ports_only(tmp_path: Path) -> None:
+    from collectors.fabric_gids import gid_samples
+    from fleettool.formats.ib_sysfs import IbPort
+
+    port = tmp_path / "class" / "infiniband" / "mlx5_bond_0" / "ports" / "1"
+    (port / "gids").mkdir(parents=True)
+    (port / "gid_attrs" / "types").mkdir(parents=True)
+    table = {
+        "0": ("fe80:0000:0000:0000:a288:c2ff:fe3b:5a10", "RoCE v2"),  # link-local: not routable
+        "1": ("0000:0000:0000:0000:0000:ffff:0a00:0001", "IB/RoCE v1"),
+        "2": ("0000:0000:0000:0000:0000:ffff:0a00:0001", "RoCE v2"),
+        "3": ("0000:0000:0000:0000:0000:0000:0000:0000", None),  # empty: its type is not read
+    }
+    for i, (gid, kind) in table.items():
+        (port / "gids" / i).write_text(gid + "\n")
+        if kind:
+            (port / "gid_attrs" / "types" / i).write_text(kind + "\n")
+    roce = IbPort("mlx5_bond_0", 1, link_layer="Ethernet")
+    ib = IbPort("mlx5_0", 1, link_layer="InfiniBand")
+    gone = IbPort("mlx5_bond_1", 1, link_layer="Ethernet")  # no table to list: unknown, no sample
+    got = [(s.metric, s.sub, s.value) for s in gid_samples(tmp_path, [roce, ib, gone], "n", T0)]
+    assert got == [("ib_port_roce_v2_gids", "port=mlx5_bond_0/1", 1.0)]
