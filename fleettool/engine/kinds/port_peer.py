@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
 from fleettool.engine.kinds._promql import NODE, Names, NotExpressible, PromAlert, dur, fills, num
-from fleettool.engine.kinds._sql import SERIES_STALE_S, run_obs_sql, src
+from fleettool.engine.kinds._sql import SERIES_STALE_S, read, run_obs_sql, src, ts_param
 from fleettool.store import Store
 
 ACTIVE = 4.0
@@ -46,17 +46,43 @@ def _state(metric: str) -> str:
     )
 
 
-def _epoch_of_boot() -> str:
-    """How many boots of the node came before a point: the partition of its history."""
-    return "(SELECT count(*) FROM boots b WHERE b.node = act.node AND b.ts <= act.ts)"
+def _with_boot(tbl: str) -> str:
+    """The rows of `tbl` with the node's last boot at or before each (the partition of its history)."""
+    return (
+        f"SELECT {tbl}.*, coalesce(epoch(boots.ts), 0) AS boot FROM {tbl} "
+        f"ASOF LEFT JOIN boots ON {tbl}.node = boots.node AND {tbl}.ts >= boots.ts"
+    )
+
+
+def _suspects(store: Store, r: RuleLike, start: float, end: float, frac: float) -> bool:
+    """Whether any port could be below its peers or its best in the range: one aggregate per port (its lowest
+    value against its own highest, and against the highest of its node's ports of its kind). A peer median
+    and a port's best are never above those highs, so with no suspect there is no finding; the full
+    judgement (two as-of joins and three window passes over every point) runs only when there is one."""
+    m = r.p("metric")
+    sql = (
+        "WITH "
+        + src(m)
+        + ", "
+        + src("ib_port_link_layer", "ll")
+        + ", agg AS (SELECT node, sub, min(value) AS mn, max(value) AS mx FROM src GROUP BY ALL)"
+        ", lay AS (SELECT node, sub, max(value) AS layer FROM ll GROUP BY ALL)"
+        f", g AS (SELECT agg.*, coalesce(lay.layer, 0) AS layer, {HCA_SQL.replace('sub', 'agg.sub')} AS hca "
+        "FROM agg LEFT JOIN lay ON agg.node = lay.node AND agg.sub = lay.sub)"
+        ", top AS (SELECT node, layer, hca, max(mx) AS gmx FROM g GROUP BY ALL)"
+        f" SELECT count(*) AS n FROM g JOIN top USING (node, layer, hca) WHERE g.mn < {1 - frac} * greatest(g.mx, top.gmx)"
+    )
+    return bool(read(store, sql, {"start": ts_param(start), "end": ts_param(end)})[0]["n"])
 
 
 def evaluate_peer(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
     frac = float(r.p("below_fraction", 0.1))
     window = int(float(r.p("window", 86400)))
+    if not _suspects(store, r, start, end, frac):
+        return KindResult()
     ctes = _state(r.p("metric")) + (
         f", act AS (SELECT * FROM a WHERE state >= {ACTIVE})"
-        f", ab AS (SELECT act.*, {_epoch_of_boot()} AS boot FROM act)"
+        f", ab AS ({_with_boot('act')})"
         f", p AS (SELECT *, median(value) OVER (PARTITION BY node, layer, {HCA_SQL}, ts) AS med, "
         f"count(*) OVER (PARTITION BY node, layer, {HCA_SQL}, ts) AS n, "
         "max(value) OVER (PARTITION BY node, sub, boot ORDER BY ts "
@@ -71,9 +97,10 @@ def evaluate_peer(store: Store, r: RuleLike, start: float, end: float) -> KindRe
 
 def evaluate_count(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
     window = int(float(r.p("window", 86400)))
-    ctes = _state(r.p("metric")) + (
-        ", act AS (SELECT node, ts, count(*) FILTER (WHERE value >= 4) AS n FROM a GROUP BY node, ts)"
-        f", ab AS (SELECT act.*, {_epoch_of_boot()} AS boot FROM act)"
+    ctes = src(r.p("metric")) + (
+        ", boots AS (SELECT node, ts FROM events WHERE kind = 'boot' AND ts IS NOT NULL)"
+        f", act AS (SELECT node, ts, count(*) FILTER (WHERE value >= {ACTIVE}) AS n FROM src GROUP BY node, ts)"
+        f", ab AS ({_with_boot('act')})"
         ", p AS (SELECT *, max(n) OVER (PARTITION BY node, boot ORDER BY ts "
         f"RANGE BETWEEN INTERVAL {window} SECOND PRECEDING AND CURRENT ROW) AS before FROM ab)"
     )
