@@ -281,3 +281,20 @@ def test_roce_gids_count_routable_v2_entries_of_ethernet_ports_only(tmp_path: Pa
     gone = IbPort("mlx5_bond_1", 1, link_layer="Ethernet")  # no table to list: unknown, no sample
     got = [(s.metric, s.sub, s.value) for s in gid_samples(tmp_path, [roce, ib, gone], "n", T0)]
     assert got == [("ib_port_roce_v2_gids", "port=mlx5_bond_0/1", 1.0)]
+
+
+def test_fewer_ports_counts_from_the_boot() -> None:
+    """Three ports ACTIVE, a reboot, then one port down by design: no loss. Without the boot: a loss."""
+
+    def node(values: dict[str, list[float]], t0: float) -> list[Sample]:
+        return [
+            Sample(t0 + i * 10, "ib-1", None, None, "ib_port_state", v, f"port=mlx5_{p}/1")
+            for p, vs in values.items()
+            for i, v in enumerate(vs)
+        ]
+
+    before = node({"0": [4.0] * 30, "1": [4.0] * 30, "2": [4.0] * 30}, T0)
+    after = node({"0": [4.0] * 60, "1": [4.0] * 60, "2": [1.0] * 60}, T0 + 900)
+    boot = Event(T0 + 600, "ib-1", "boot", "Linux version 6.8", source="kmsg")
+    assert judged(before + after, "NicPortCountDropped", events=[boot]) == []
+    assert [a["rule"] for a in judged(before + after, "NicPortCountDropped")] == ["NicPortCountDropped"]
