@@ -95,7 +95,9 @@ def map_series(
         sub = f"link={labels.get('link', labels.get('nvlink'))}"
     elif "collector" in labels:
         sub = f"collector={labels['collector']}"
-    elif metric is not None and metric.startswith(("ib_", "net_")):  # the fabric's sub-keys (metrics_fabric)
+    elif metric is not None and metric.startswith(
+        ("ib_", "nic_", "net_")
+    ):  # the fabric's sub-keys (metrics_fabric)
         key = next((k for k in ("port", "device", "netdev") if labels.get(k)), None)
         if key is not None:
             sub = f"{key}={labels[key]}"

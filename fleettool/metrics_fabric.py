@@ -40,6 +40,22 @@ FABRIC_DEFS: list[MetricDef] = [
     ),
     MetricDef("ib_device_present", "gauge", "bool", "The RDMA device is in sysfs (sub=device=<device>)"),
     MetricDef(
+        "ib_port_roce_v2_gids",
+        "gauge",
+        "entries",
+        "Routable RoCE v2 entries of a RoCE port's GID table (ports/<n>/gids + gid_attrs/types; no link-local)",
+    ),
+    # the RDMA device's PCIe link (its PCI function's current_link_width / max_link_width; sub=device=<device>)
+    MetricDef(
+        "nic_pcie_width_lanes", "gauge", "lanes", "PCIe link width of the RDMA device (sub=device=<device>)"
+    ),
+    MetricDef(
+        "nic_pcie_width_max_lanes",
+        "gauge",
+        "lanes",
+        "PCIe maximum link width of the RDMA device (sub=device=<device>)",
+    ),
+    MetricDef(
         "net_carrier_changes_total", "counter", "changes", "Carrier changes of a netdev (sub=netdev=<name>)"
     ),
 ]

@@ -31,6 +31,8 @@ def test_registry_keys_are_kind_names() -> None:
         "nccl_localize",
         "sql",
         "port_episodes",
+        "port_peer",
+        "port_count",
     ]
 
 

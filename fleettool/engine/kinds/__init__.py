@@ -15,6 +15,7 @@ from fleettool.engine.kinds import (
     nccl_localize,
     peer,
     port_episodes,
+    port_peer,
     sql,
     threshold,
     trend,
@@ -34,6 +35,8 @@ KINDS: dict[str, Kind] = {
         nccl_localize.KIND,
         sql.KIND,
         port_episodes.KIND,
+        port_peer.PEER,
+        port_peer.COUNT,
     )
 }
 

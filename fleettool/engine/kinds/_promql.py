@@ -22,6 +22,7 @@ SUB_LABELS = (
     ("nvlink_", "link"),
     ("agent_collector_", "collector"),
     ("ib_device_", "device"),
+    ("nic_pcie_", "device"),
     ("ib_", "port"),
     ("net_", "netdev"),
 )

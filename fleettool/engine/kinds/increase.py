@@ -8,14 +8,19 @@ value); rate is the increase per second, optionally per PCIe lane x generation.
     value: 10
     per_lane_gen: true           # rate only
     sub: "link=3"                # optional: one sub-series of the metric
+    resets: ignore               # optional: a drop (a reset: new boot, counters cleared) counts 0, not its
+                                 # new value (the IB port counters: a reset is no error); PromQL sums the
+                                 # positive steps of the counter over a subquery instead of increase()
 """
 
 from __future__ import annotations
 
 from fleettool.engine.kinds._base import Kind, KindResult, RuleLike
-from fleettool.engine.kinds._promql import Names, PromAlert, dur, fills, only_sub, scaled
+from fleettool.engine.kinds._promql import Names, PromAlert, dur, fills, num, only_sub, scaled
 from fleettool.engine.kinds._sql import SERIES_STALE_S, cmp, run_obs_sql, src
 from fleettool.store import Store
+
+RESET_STEP = "10s"  # the subquery step of `resets: ignore` in PromQL: at most the counters' read interval
 
 
 def _evaluate(store: Store, r: RuleLike, start: float, end: float, per_second: bool) -> KindResult:
@@ -24,8 +29,8 @@ def _evaluate(store: Store, r: RuleLike, start: float, end: float, per_second: b
     ctes = src(metric, sub=r.p("sub")) + (
         ", d AS (SELECT node, gpu, sub, ts, value, value - lag(value) OVER (PARTITION BY node, gpu, sub "
         "ORDER BY ts) AS dv FROM src)"
-        ", inc AS (SELECT node, gpu, sub, ts, CASE WHEN dv IS NULL THEN 0 WHEN dv < 0 THEN value ELSE dv END "
-        "AS dv FROM d)"
+        ", inc AS (SELECT node, gpu, sub, ts, CASE WHEN dv IS NULL THEN 0 WHEN dv < 0 THEN "
+        f"{'0' if r.p('resets') == 'ignore' else 'value'} ELSE dv END AS dv FROM d)"
         f", win AS (SELECT node, gpu, sub, ts, sum(dv) OVER (PARTITION BY node, gpu, sub ORDER BY ts "
         f"RANGE BETWEEN INTERVAL {int(window)} SECOND PRECEDING AND CURRENT ROW) AS v FROM inc)"
     )
@@ -66,6 +71,10 @@ def _promql(r: RuleLike, names: Names, fn: str) -> PromAlert:
     the event kind's.)"""
     s = only_sub(names.series(r.p("metric")), r.p("sub"))
     e = f"{fn}({s.sel}[{dur(float(r.p('window', 300)))}])"
+    if r.p("resets") == "ignore":  # the positive steps only: a reset adds nothing (RESET_STEP apart)
+        e = f"sum_over_time(clamp_min({s.sel} - {s.sel} offset {RESET_STEP}, 0)[{dur(float(r.p('window', 300)))}:{RESET_STEP}])"
+        if fn == "rate":
+            e = f"({e} / {num(float(r.p('window', 300)))})"
     if fn == "rate" and r.p("per_lane_gen"):
         e = f"{e} / ({names.series('pcie_link_width').sel} * {names.series('pcie_link_gen').sel})"
     return PromAlert(f"{e} {r.p('op', '>')} {scaled(s, r.p('value', 0))}", fills(s))
@@ -82,7 +91,7 @@ def promql_rate(r: RuleLike, names: Names) -> PromAlert:
 INCREASE = Kind(
     stale_s=SERIES_STALE_S,
     name="increase",
-    fields=frozenset({"metric", "op", "value", "window", "sub"}),
+    fields=frozenset({"metric", "op", "value", "window", "sub", "resets"}),
     requires=("metric",),
     durations=frozenset({"window"}),
     evaluate=evaluate_increase,
@@ -91,7 +100,7 @@ INCREASE = Kind(
 RATE = Kind(
     stale_s=SERIES_STALE_S,
     name="rate",
-    fields=frozenset({"metric", "op", "value", "window", "sub", "per_lane_gen"}),
+    fields=frozenset({"metric", "op", "value", "window", "sub", "per_lane_gen", "resets"}),
     requires=("metric",),
     durations=frozenset({"window"}),
     evaluate=evaluate_rate,

@@ -132,13 +132,13 @@ def triggers(r: RuleLike, stretches: list[Stretch], boots: list[float]) -> list[
     out: list[tuple[float, float | None]] = []
     was_up, prev_end = False, None
     ep: tuple[float, float | None] | None = None  # (start, value) of the open episode
-    downs, last_down, counted = 0, 0.0, False
+    downs, counted = 0, False
     for s in stretches:
         if prev_end is not None and _boot_between(boots, prev_end, s.t0) and ep is None:
             was_up = False  # a boot: the port trains again; being down after it is no episode
         prev_end = s.t1
         if s.up:
-            if ep is not None and returned and downs >= k and last_down - ep[0] >= down_for:
+            if ep is not None and returned and downs >= k and s.t0 - ep[0] >= down_for:
                 out.append((s.t0, ep[1]))
             ep, was_up = None, True
             continue
@@ -148,7 +148,6 @@ def triggers(r: RuleLike, stretches: list[Stretch], boots: list[float]) -> list[
             ep, downs, counted = (s.t0, s.v0), 0, False
         before = downs
         downs += s.n
-        last_down = s.t1
         if returned or counted or downs < k or s.t1 - ep[0] < down_for:
             continue
         tk = s.tk if before == 0 and s.tk is not None else s.t0
