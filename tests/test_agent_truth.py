@@ -13,6 +13,7 @@ from fleettool.collectors.nvml import NvmlCollector
 from fleettool.model import Sample
 from fleettool.sources.fake import FakeSource, parse_injection
 from fleettool.store import Store
+from tests.conftest import ROOT
 from tests.test_agent_live import Clock
 
 NODE = "truth-node"
@@ -151,3 +152,37 @@ def test_every_schedule_survives_a_step_back_of_an_hour_and_forward_of_30_days(t
             )
         assert [h[0] for h in health][:2] == [stepped, stepped + 10]  # health: at the step, then 10 s on
         assert temps == 11 and medium >= 1  # the NVML tiers: every gauge, and the 10 s tier
+
+
+def test_a_nic_gone_takes_its_ports_off_metrics_its_presence_stays_at_0(tmp_path: Path) -> None:
+    """The fabric collector stops reading mlx5_4's port when the device leaves sysfs: its ib_port_state (4, ACTIVE)
+    must not stay on /metrics for ever (it did: only GPU series went stale); ib_device_present says 0."""
+    import shutil
+
+    from collectors.fabric import FabricCollector
+
+    root = tmp_path / "sys"
+    shutil.copytree(ROOT / "fixtures" / "infiniband" / "sysfs-h100", root, symlinks=True)
+    clk = Clock(T0)
+    fab = FabricCollector(NODE, root, mono=clk.mono)
+    ag = Agent(AgentConfig(db=None, node=NODE, quiet=True), [fab], clock=clk.now, mono=clk.mono)
+    ag.start()
+
+    def port_lines() -> list[str]:
+        text = _metrics_text(ag)
+        return [ln for ln in text.splitlines() if "mlx5_4" in ln and not ln.startswith("#")]
+
+    for _ in range(5):
+        ag.tick()
+        clk.tick()
+    assert any(ln.startswith("fleettool_ib_port_state") for ln in port_lines())
+    shutil.rmtree(root / "class" / "infiniband" / "mlx5_4")
+    for _ in range(40):
+        ag.tick()
+        clk.tick()
+    lines = port_lines()
+    assert not [ln for ln in lines if ln.startswith("fleettool_ib_port")], lines
+    assert [ln.rsplit(" ", 1)[1] for ln in lines if ln.startswith("fleettool_ib_device_present")] == ["0.0"]
+    # the other ports stay
+    others = [ln for ln in _metrics_text(ag).splitlines() if ln.startswith("fleettool_ib_port_state{")]
+    assert len(others) == 8 and not [ln for ln in others if "mlx5_4" in ln], others

@@ -40,6 +40,7 @@ GPU_REFRESH_S = 300.0  # an unchanged GPU's inventory row (its last_seen) is rew
 # a GPU (index and UUID) whose reads have stopped this long (lost, hung, swapped for another) leaves `latest`:
 # /metrics stops exposing its series and Prometheus marks them stale. dcgm-exporter answers every 10 s.
 GPU_STALE_S = 30.0
+_PORT_SUBS = ("port=", "netde")  # the fabric collector's sub-entities that can vanish with their NIC
 
 
 def merge_gpu(known: GpuInfo | None, new: GpuInfo) -> GpuInfo:
@@ -96,6 +97,9 @@ class Agent:
             tuple[int, str | None], float
         ] = {}  # (GPU, UUID) -> monotonic time of its last read
         self.gpu_stale_s = max(GPU_STALE_S, 3.0 * cfg.interval_s)
+        self._port_seen: dict[
+            str, float
+        ] = {}  # a NIC port's or netdev's sub -> monotonic time of its last read
         self._gpus_written: dict[tuple[str, int | None, str | None], tuple[GpuInfo, float]] = {}
         self.gpus: dict[int, GpuInfo] = {}  # this node's GPUs by index, for /metrics' identity labels
         self.event_counts: dict[tuple[str, int | None], int] = {}
@@ -293,14 +297,17 @@ class Agent:
     def _drop_stale_gpus(self) -> None:
         """A GPU whose reads stopped (lost, hung, another GPU now at its index) takes its series out of `latest`,
         so /metrics stops exposing its last values; the agent's own series about it (agent_*: hung, reads
-        skipped) stay. It comes back with its next read."""
+        skipped) stay. It comes back with its next read. A NIC's port (sub port=..., netdev=...) whose reads stopped leaves the same way."""
         now = self.mono()
         stale = {g for g, seen in self._gpu_seen.items() if now - seen > self.gpu_stale_s}
-        if not stale:
+        gone = {p for p, seen in self._port_seen.items() if now - seen > self.gpu_stale_s}
+        if not stale and not gone:
             return
         for g in stale:
             del self._gpu_seen[g]
-        for k in [k for k in self.latest if (k[1], k[2]) in stale and not k[0].startswith("agent_")]:
+        for p in gone:
+            del self._port_seen[p]
+        for k in [k for k in self.latest if ((k[1], k[2]) in stale or k[3] in gone) and k[0][:6] != "agent_"]:
             del self.latest[k]
 
     def _report_health(
@@ -331,6 +338,8 @@ class Agent:
             k = (s.metric, s.gpu, s.uuid, s.sub)
             if s.gpu is not None and not s.metric.startswith("agent_"):
                 self._gpu_seen[(s.gpu, s.uuid)] = mono
+            elif s.sub[:5] in _PORT_SUBS:
+                self._port_seen[s.sub] = mono
             if s.metric in watched and self.latest.get(k, s.value) != s.value:
                 self._urgent = True  # a double-bit count or remap flag changed: its instant rule judges now
             self.latest[k] = s.value
