@@ -286,6 +286,7 @@ LAYERS: list[set[str]] = [
         "fleettool.fleet",
         "fleettool.stats",
         "fleettool.report",
+        "fleettool.fabric_report",
         "fleettool.reliability",
         "fleettool.reliability_plots",
         "fleettool.analytics",

@@ -146,6 +146,7 @@ def _replay_into(
 ) -> None:
     from fleettool.cli.replay_agent import judge_as_agent
     from fleettool.cli.replay_triage import member_ids, print_triage, replay_incidents
+    from fleettool.fabric_report import port_summary, render_ports
     from fleettool.ingest.read_topology import ingest_topology, summary_lines
     from fleettool.pipeline import replay
 
@@ -174,6 +175,7 @@ def _replay_into(
                 ExitCode.BAD_INPUT,
             )
         summaries = summarize(store)
+        ports = port_summary(store)
         incidents, members = replay_incidents(store), member_ids(store)
     read, failed, skipped, partial, alerts = res.read, res.failed, res.skipped, res.partial, res.alerts
     if as_json:
@@ -192,6 +194,7 @@ def _replay_into(
                 }
                 for s in summaries
             ],
+            "ports": ports,
             "incidents": incidents,
             "alerts": [with_iso(a, "first_seen", "last_seen") for a in alerts],
             "topology": topo_lines,
@@ -210,7 +213,7 @@ def _replay_into(
             )
             if x
         )
-        print(f"{src}: {len(reports)} files: {counts}")
+        print(f"{src}: {len(reports)} file{'' if len(reports) == 1 else 's'}: {counts}")
         for r in reports:
             print(_line(r))
         boot = sum(r.boot_relative for r in reports)
@@ -219,8 +222,9 @@ def _replay_into(
                 f"\n{boot} kernel events are boot-relative (uptime only, no wall clock in the file): "
                 "stored without a time and judged at the end of the recording"
             )
-        print("\n".join(["", *topo_lines]) if topo_lines else "")
-        print(render_text(summaries))
+        for block in ("\n".join(topo_lines), render_text(summaries).strip("\n"), render_ports(ports)):
+            if block:  # one blank line between blocks, none for an empty one
+                print(f"\n{block}")
         print()
         print_triage(incidents, alerts, members, str(db), _when)
     _nothing_from(src, read, res.seen)

@@ -118,9 +118,13 @@ class Incident:
         return h[:16]
 
     def summary(self) -> str:
+        """The primary finding's summary; the same rule's other entities (ports, links) named after it, and the
+        other rules in parentheses: `gpu-17 port=mlx5_2/1: went down ...; also port=mlx5_7/1, port=mlx5_8/1`."""
         p = self.primary
         others = sorted({f.rule.alert for f in self.findings} - {p.rule.alert})
-        return p.summary + (f" (with {', '.join(others)})" if others else "")
+        keys = sorted({f.key for f in self.findings if f.rule.alert == p.rule.alert and f.key} - {p.key})
+        also = f"; also {', '.join(keys[:4])}" + (f" and {len(keys) - 4} more" if len(keys) > 4 else "")
+        return p.summary + (also if keys else "") + (f" (with {', '.join(others)})" if others else "")
 
 
 def _end_of(f: Finding, horizon: float) -> float:
