@@ -118,6 +118,10 @@ BEYOND_BASELINE = {
         ("Privileged Containers", "spec.containers[agent].securityContext.privileged"),  # /dev/kmsg
         ("HostPath Volumes", "spec.volumes[db].hostPath"),  # the database outlives the pod
         ("HostPath Volumes", "spec.volumes[kmsg].hostPath"),
+        (
+            "HostPath Volumes",
+            "spec.volumes[sysfs].hostPath",
+        ),  # the fabric collector: the host's /sys, read-only
     },
     "dcgm-exporter": {
         ("Capabilities", "spec.containers[dcgm-exporter].securityContext.capabilities.add"),  # SYS_ADMIN
@@ -219,9 +223,14 @@ def test_least_privilege() -> None:
     assert pod["automountServiceAccountToken"] is False
     assert not {"hostNetwork", "hostPID", "hostIPC"} & set(pod)
     paths = {v["hostPath"]["path"]: v["hostPath"]["type"] for v in pod["volumes"] if "hostPath" in v}
-    assert paths == {"/var/lib/fleettool": "DirectoryOrCreate", "/dev/kmsg": "CharDevice"}
-    kmsg = [m for m in c["volumeMounts"] if m["mountPath"] == "/dev/kmsg"][0]
-    assert kmsg["readOnly"] is True
+    assert paths == {
+        "/var/lib/fleettool": "DirectoryOrCreate",
+        "/dev/kmsg": "CharDevice",
+        "/sys": "Directory",
+    }
+    for path in ("/dev/kmsg", "/host/sys"):
+        (m,) = [m for m in c["volumeMounts"] if m["mountPath"] == path]
+        assert m["readOnly"] is True, path
     assert "nvidia.com/gpu" not in c.get("resources", {}).get("limits", {})  # the agent takes no GPU
     assert "--kmsg=/dev/kmsg" in c["args"]
     # dcgm-exporter: SYS_ADMIN and nothing else, no escalation, read-only root
@@ -241,7 +250,8 @@ def test_least_privilege() -> None:
 def test_with_a_kmsg_device_plugin_the_agent_is_not_privileged(tmp_path: Path) -> None:
     """The kmsg-device component: /dev/kmsg from a device plugin's resource, so the agent keeps the kernel log
     without `privileged`: uid 0 with every capability dropped but SYSLOG, no escalation, seccomp RuntimeDefault,
-    no /dev/kmsg hostPath. Beyond Baseline only SYSLOG and the database's hostPath remain."""
+    no /dev/kmsg hostPath. Beyond Baseline only SYSLOG and the hostPaths of the database and the host's /sys
+    remain."""
     objs = kustomize_with(tmp_path, "kmsg-device")
     assert validate(objs) == len(objs)
     agent = one(objs, "DaemonSet", "fleettool-agent")
@@ -255,11 +265,12 @@ def test_with_a_kmsg_device_plugin_the_agent_is_not_privileged(tmp_path: Path) -
     }
     assert c["resources"]["limits"]["squat.ai/kmsg"] == 1 and "--kmsg=/dev/kmsg" in c["args"]
     pod = agent["spec"]["template"]["spec"]
-    assert [v["name"] for v in pod["volumes"] if "hostPath" in v] == ["db"]
+    assert [v["name"] for v in pod["volumes"] if "hostPath" in v] == ["db", "sysfs"]
     assert "/dev/kmsg" not in {m["mountPath"] for m in c["volumeMounts"]}
     assert {(v.control, v.field) for v in violations(agent, "baseline")} == {
         ("Capabilities", "spec.containers[agent].securityContext.capabilities.add"),  # SYSLOG
         ("HostPath Volumes", "spec.volumes[db].hostPath"),
+        ("HostPath Volumes", "spec.volumes[sysfs].hostPath"),
     }
     assert [str(v) for v in violations(agent, "baseline") if v.control == "Capabilities"] == [
         "Capabilities: spec.containers[agent].securityContext.capabilities.add='SYSLOG'"

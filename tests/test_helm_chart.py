@@ -36,7 +36,8 @@ pytest.importorskip("helm_python", reason="helm-python-sdk (Helm's engine) is a 
 
 RULES_COPY = CHART / "files" / "fleettool-rules.yml"
 UNPRIVILEGED: dict[str, Any] = {
-    "agent": {"kernelLog": "off", "db": {"persistence": "emptyDir"}},
+    # the fabric collector off: its host /sys is a hostPath, which `restricted` (and `baseline`) refuse
+    "agent": {"kernelLog": "off", "db": {"persistence": "emptyDir"}, "fabric": {"enabled": False}},
     "dcgmExporter": {"enabled": False},
 }
 
@@ -56,6 +57,15 @@ VALUE_SETS: dict[str, tuple[dict[str, Any], str]] = {
         "privileged",
     ),
     "kmsg-device": ({"agent": {"kernelLog": "device"}}, "privileged"),
+    # otherwise unprivileged, but the fabric collector's host /sys is a hostPath
+    "restricted-but-fabric": (
+        {**UNPRIVILEGED, "agent": {**UNPRIVILEGED["agent"], "fabric": {"enabled": True}}},
+        "privileged",
+    ),
+    "fabric-exclude": (
+        {"agent": {"fabric": {"exclude": ["mlx5_bond_*", "mlx5_0/2"], "sysfsRoot": "/hostfs/sys"}}},
+        "privileged",
+    ),
     "gpu-operator-dcgm": (
         {
             "agent": {"expectGpus": 8},

@@ -36,7 +36,7 @@ app.kubernetes.io/instance: {{ (index . 0).Release.Name }}
 
 {{/*
 The least Pod Security level the release's pods meet (tests/test_helm_chart.py checks it against the pods):
-privileged with /dev/kmsg, a hostPath (the database, an export volume) or the bundled dcgm-exporter (SYS_ADMIN,
+privileged with /dev/kmsg, a hostPath (the database, an export volume, the host's /sys) or the bundled dcgm-exporter (SYS_ADMIN,
 the kubelet's pod-resources hostPath); baseline when an export volume is of a type restricted does not list
 (nfs, ...); else restricted.
 */}}
@@ -47,7 +47,7 @@ the kubelet's pod-resources hostPath); baseline when an export volume is of a ty
 {{- range $k, $_ := $vol -}}
 {{- if not (has $k $restrictedTypes) }}{{ $level = "baseline" }}{{ end -}}
 {{- end -}}
-{{- if or (include "fleettool.agentRoot" .) .Values.dcgmExporter.enabled (hasKey $vol "hostPath") -}}
+{{- if or (include "fleettool.agentRoot" .) .Values.dcgmExporter.enabled (hasKey $vol "hostPath") .Values.agent.fabric.enabled -}}
 {{- $level = "privileged" -}}
 {{- end -}}
 {{- $level -}}
