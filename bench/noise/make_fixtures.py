@@ -448,6 +448,49 @@ def nvlink_links(out: Path, rng: random.Random) -> dict[str, Any]:
     }
 
 
+def ib_leaf_ports(out: Path, rng: random.Random) -> dict[str, Any]:
+    """An InfiniBand leaf switch that fails (issue 31, item 6): within 40 s, every one of leaf3's 8 nodes loses
+    the 2 of its 8 CX-7 ports cabled to it (ib_port_state ACTIVE 4 -> DOWN 1, phys_state LinkUp 5 -> Polling 2),
+    down for 8 minutes (NicPortDown, NicPortDropped, NicPortCountDropped), then back; leaf1 and leaf2 stay up.
+    The samples are fleettool's own recording of the fabric collector (`fleettool record`: fleettool_ib_port_state,
+    fleettool_ib_port_phys_state per port, every 10 s here). One leaf incident: one page, no node cordoned or
+    sent to inspection for its switch's fault."""
+    t0 = at("2026-11-09T02:00:00Z")
+    leaves = {f"leaf{k}": [f"gpu-{k}{i:02d}" for i in range(1, 9)] for k in (1, 2, 3)}
+    fault = t0 + 600
+    hit = {n: fault + rng.uniform(0, 40) for n in leaves["leaf3"]}
+    for n in [n for ns in leaves.values() for n in ns]:
+        phase = rng.uniform(0, 10)
+        state, phys = [], []
+        for s in range(181):
+            t = t0 + phase + s * 10
+            for p in range(8):
+                down = n in hit and p in (2, 3) and hit[n] <= t < hit[n] + 480
+                lab = f'{{hostname="{n}",port="mlx5_{p}/1"}}'
+                state.append(f"fleettool_ib_port_state{lab} {1 if down else 4} {t:.3f}\n")
+                phys.append(f"fleettool_ib_port_phys_state{lab} {2 if down else 5} {t:.3f}\n")
+        with gz(out / f"fleettool-{n}.om.gz") as f:
+            f.write("# TYPE fleettool_ib_port_state gauge\n" + "".join(state))
+            f.write("# TYPE fleettool_ib_port_phys_state gauge\n" + "".join(phys) + "# EOF\n")
+    (out / "topology.conf").write_text(
+        "# TopologyPlugin=topology/tree: 3 IB leaves of 8 nodes under one spine\n"
+        + "".join(f"SwitchName={k} Nodes=gpu-{k[-1]}[01-08]\n" for k in leaves)
+        + "SwitchName=spine1 Switches=leaf[1-3]\n"
+    )
+    return {
+        "name": "ib-leaf-ports",
+        "source": "issue 31 item 6 (several NICs under one leaf going down within 60 s form one leaf incident: "
+        "0 node cordons, one page); port states as /sys/class/infiniband reads them",
+        "storm": True,
+        "node_days": 24 * 0.02,
+        "roots": [],
+        "expect": [{"scope": "leaf", "key": "leaf3", "page": True, "members_at_least": 8}],
+        "affected": [{"node": n, "rule": "NicPortDropped"} for n in leaves["leaf3"]],
+        "planned_nodes": [],
+        "budget": {"pages": 1, "fatal_actions": 0, "max_first_screen": 1},
+    }
+
+
 def rack_cooling(out: Path, rng: random.Random) -> dict[str, Any]:
     """A rack's cooling failure (issue 30's replay: 128 GPU warnings and no rack): rack rk07's 16 HGX nodes x 8
     GPUs enter thermal slowdown (clock-event reasons 0x68, as fixtures/scenarios/thermal-throttle carries it)
@@ -713,6 +756,7 @@ BUILDERS: dict[str, tuple[Callable[[Path, random.Random], dict[str, Any]], bool]
     "nvlink-links": (nvlink_links, False),
     "rack-cooling": (rack_cooling, False),
     "ib-leaf": (ib_leaf, False),
+    "ib-leaf-ports": (ib_leaf_ports, False),
     "driver-rollout": (driver_rollout, False),
     "planned-reboots": (planned_reboots, False),
     "dbe-month": (dbe_month, True),
