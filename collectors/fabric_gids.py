@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collectors.fabric_samples import port_sub
+from fleettool.collectors.fabric_samples import port_sub
 from fleettool.formats.ib_sysfs import IbPort
 from fleettool.model import Sample
 

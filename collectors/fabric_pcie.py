@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collectors.fabric_samples import device_sub
+from fleettool.collectors.fabric_samples import device_sub
 from fleettool.model import Sample
 
 FILES = (("nic_pcie_width_lanes", "current_link_width"), ("nic_pcie_width_max_lanes", "max_link_width"))
