@@ -17,7 +17,12 @@ with formats.ib_sysfs.read_ib_sysfs plus fabric_samples.reading_samples (what a 
 each second would cost). The tree here is on an ordinary filesystem: on a real node a counter read goes through
 the driver to the HCA's firmware (a MAD), which costs more than a page-cache read, so these are floors.
 
+Then `tier10_cost`: one 10 s tick with and without the PCIe widths and the RoCE GID table (fabric_pcie,
+fabric_gids), alternated 3 rounds of --calls ticks each (the median round of each reported); `--tier10-only` stops
+there.
+
   python bench/fabric_overhead.py --seconds 180 --json bench/results/fabric-overhead-dev.json
+  python bench/fabric_overhead.py --tier10-only --calls 1000 --json bench/results/fabric-tier10-dev.json
 """
 
 from __future__ import annotations
@@ -97,6 +102,47 @@ def read_cost(root: Path, n: int) -> dict[str, Any]:
     }
 
 
+def tier10_cost(root: Path, n: int) -> dict[str, Any]:
+    """Mean microseconds of one 10 s tick (state and counter tiers due) with the PCIe widths and the RoCE GID
+    table read (fabric_pcie, fabric_gids), and of the same tick without them (the two helpers made no-ops in
+    fleettool.collectors.fabric for the baseline), same collector and tree, in this process. The tree: the 8
+    CX-7 ports with their PCIe widths and the BlueField bond (included here) with a 255-entry RoCE GID table."""
+    import fleettool.collectors.fabric as fab
+
+    fabric_tree.roce_gid_table(root)
+    c = fab.FabricCollector("bench", root, mono=lambda: 0.0, counters_every_s=0.0)
+    assert c.start(), c.reason
+    first = c.collect(0.0)
+    got = {s.metric for s in first.samples}
+    assert {"nic_pcie_width_lanes", "ib_port_roce_v2_gids"} <= got, got
+
+    def mean() -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            c.collect(1.0)
+        return (time.perf_counter() - t0) / n * 1e6
+
+    res: dict[str, float] = {}
+    saved = fab.pcie_samples, fab.gid_samples
+    for rnd in range(3):  # alternated, so a burst of load on the box hits both alike
+        res[f"with_us_{rnd}"] = mean()
+        fab.pcie_samples = fab.gid_samples = lambda *a, **k: []
+        try:
+            res[f"without_us_{rnd}"] = mean()
+        finally:
+            fab.pcie_samples, fab.gid_samples = saved
+    w = sorted(res[f"with_us_{r}"] for r in range(3))[1]
+    wo = sorted(res[f"without_us_{r}"] for r in range(3))[1]
+    return {
+        "calls": n,
+        "tick_10s_us": round(w, 1),
+        "tick_10s_without_pcie_gids_us": round(wo, 1),
+        "ratio": round(w / wo, 3),
+        "added_us": round(w - wo, 1),
+        "rounds": {k: round(v, 1) for k, v in res.items()},
+    }
+
+
 def _metrics(port: int) -> None:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
@@ -114,10 +160,19 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=2000, help="read_cost: calls of each kind")
     ap.add_argument("--port", type=int, default=19441, help="the fabric agent's; the bare one's is +1")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--tier10-only", action="store_true", help="only tier10_cost (no agents)")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="fabric-overhead-"))
+    out: dict[str, Any] = {"tier10_cost": tier10_cost(fabric_tree.build(work / "sys10"), a.calls)}
+    print(json.dumps(out["tier10_cost"], indent=1), flush=True)
+    if a.tier10_only:
+        out.update(nproc=os.cpu_count(), loadavg=os.getloadavg())
+        if a.json:
+            a.json.parent.mkdir(parents=True, exist_ok=True)
+            a.json.write_text(json.dumps(out, indent=1) + "\n")
+        return
     root = fabric_tree.build(work / "sys")
-    out: dict[str, Any] = {"read_cost": read_cost(root, a.calls)}
+    out["read_cost"] = read_cost(root, a.calls)
     print(json.dumps(out["read_cost"], indent=1), flush=True)
     exe = shutil.which("fleettool")
     base = [exe, "agent"] if exe else [sys.executable, "-m", "fleettool", "agent"]

@@ -31,7 +31,30 @@ def build(dst: Path) -> Path:
         net = ib / dev / "device" / "net" / f"ibp{0x18 + i * 0x10:x}s0"
         net.mkdir(parents=True)
         (net / "carrier_changes").write_text("1\n")
+        for f in ("current_link_width", "max_link_width"):
+            (ib / dev / "device" / f).write_text("16\n")
     return dst
+
+
+def roce_gid_table(root: Path, dev: str = "mlx5_bond_0", entries: int = 255) -> Path:
+    """The RoCE port of `dev` with a GID table as mlx5 lays it out (gid_tbl_len 255: every entry listed under
+    `gids/`, most all zeros): the link-local GID and one IPv4 address's, each as RoCE v1 and v2 (entries 0-3);
+    the saved tree has no table."""
+    port = root / "class" / "infiniband" / dev / "ports" / "1"
+    (port / "gids").mkdir(exist_ok=True)
+    (port / "gid_attrs" / "types").mkdir(parents=True, exist_ok=True)
+    set_ = [
+        ("fe80:0000:0000:0000:a288:c2ff:fe3b:5a10", "IB/RoCE v1"),
+        ("fe80:0000:0000:0000:a288:c2ff:fe3b:5a10", "RoCE v2"),
+        ("0000:0000:0000:0000:0000:ffff:0a00:0001", "IB/RoCE v1"),
+        ("0000:0000:0000:0000:0000:ffff:0a00:0001", "RoCE v2"),
+    ]
+    for i in range(entries):
+        gid, kind = set_[i] if i < len(set_) else ("0000:0000:0000:0000:0000:0000:0000:0000", None)
+        (port / "gids" / str(i)).write_text(gid + "\n")
+        if kind:
+            (port / "gid_attrs" / "types" / str(i)).write_text(kind + "\n")
+    return port
 
 
 def state_file(root: Path, dev: str) -> Path:

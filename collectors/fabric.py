@@ -7,9 +7,11 @@ Two tiers, each on monotonic time (as dcgm_exporter.py schedules its scrapes):
   file too; bench/fabric_latency.py measures both) -- as collectors.fabric_samples.state_samples, and
   `ib_device_present` for every device seen (DevicePresence: a NIC gone from sysfs reads 0);
 - every 10 s: the error counters of metrics.IB_COUNTER_METRICS (`counters/` and `hw_counters/`) as
-  fabric_samples.counter_samples, and `carrier_changes` of the netdevs under each RDMA device
+  fabric_samples.counter_samples, `carrier_changes` of the netdevs under each RDMA device
   (ROOT/class/infiniband/<dev>/device/net/<name>/carrier_changes) as `net_carrier_changes_total`
-  (sub=netdev=<name>).
+  (sub=netdev=<name>), each watched device's PCIe link width (collectors/fabric_pcie: `nic_pcie_width_lanes`,
+  `nic_pcie_width_max_lanes`) and each RoCE port's routable RoCE v2 GIDs (collectors/fabric_gids:
+  `ib_port_roce_v2_gids`).
 
 Which ports: physical functions only (a device with `device/physfn` is a virtual function: skipped, named once in
 an event), less those `--fabric-exclude PATTERN` matches (fnmatch on `<device>` or `<device>/<port>`, e.g.
@@ -36,7 +38,9 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 from fleettool.collectors.base import Collected
+from fleettool.collectors.fabric_gids import gid_samples
 from fleettool.collectors.fabric_notices import Notices
+from fleettool.collectors.fabric_pcie import pcie_samples
 from fleettool.collectors.fabric_samples import DevicePresence, counter_samples, state_samples
 from fleettool.collectors.registry import CollectorConfig, CollectorConfigError
 from fleettool.formats.ib_sysfs import (
@@ -310,6 +314,10 @@ class FabricCollector:
                     ports.append(port)
                 if counters_due:
                     self._carrier(dev, now, out)
+            if counters_due:  # the HCAs' PCIe links and the RoCE ports' GID tables, in the counters' tier
+                self._inflight = f"read the PCIe widths and GID tables under {self.base}"
+                out.samples.extend(pcie_samples(self.root, sorted({p.device for p in ports}), self.node, now))
+                out.samples.extend(gid_samples(self.root, ports, self.node, now))
             out.samples.extend(self.presence.samples(IbSysfs(ports=ports), self.node, now))
         finally:
             self._inflight = None

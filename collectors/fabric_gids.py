@@ -6,37 +6,52 @@ address, one entry per RoCE type); an address lost at runtime (DHCP, a bond fail
 the entries NCCL_IB_GID_INDEX points at, and RoCE traffic stops while the port reads ACTIVE: InfiniteHBD's
 "RNIC GID error". InfiniBand ports are skipped (their GIDs come from the subnet prefix, not from addresses).
 
-Cost: one read per table entry (up to 255 a port; an empty entry's type is not read, it fails with EINVAL): for
-the fabric collector's 10 s tier or slower. A table that cannot be listed is no sample (unknown, never 0).
+Cost: one read per table entry (255 a port on mlx5; an empty entry's type is not read, it fails with EINVAL),
+each one open/read/close: about 1 ms a port (bench/README.md's fabric section), in the fabric collector's 10 s
+tier. A table that cannot be listed is no sample (unknown, never 0).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from collectors.fabric_samples import port_sub
+from fleettool.collectors.fabric_samples import port_sub
 from fleettool.formats.ib_sysfs import IbPort
 from fleettool.model import Sample
 
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 
+def read_text(path: str) -> str | None:
+    """A small sysfs file's stripped text, None when it cannot be read: one open/read/close (a pathlib
+    read_text costs 3x as much, and a RoCE port's table is read 255 files at a time)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 256).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def roce_v2_gids(port_dir: Path) -> int | None:
     """The set RoCE v2 entries of a port's GID table; None when the table cannot be read."""
     try:
-        entries = sorted((port_dir / "gids").iterdir(), key=lambda p: p.name)
+        entries = [(e.name, e.path) for e in os.scandir(port_dir / "gids")]
     except OSError:
         return None
+    types = f"{port_dir}/gid_attrs/types"
     n = 0
-    for e in entries:
-        try:
-            gid = e.read_text(errors="replace").strip()
-            if not gid or gid == ZERO_GID or gid.lower().startswith("fe8"):
-                continue
-            kind = (port_dir / "gid_attrs" / "types" / e.name).read_text(errors="replace").strip()
-        except OSError:
+    for name, path in entries:
+        gid = read_text(path)
+        if not gid or gid == ZERO_GID or gid.lower().startswith("fe8"):
             continue
-        n += kind.lower() == "roce v2"
+        kind = read_text(f"{types}/{name}")
+        n += kind is not None and kind.lower() == "roce v2"
     return n
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from collectors.fabric_samples import device_sub
+from fleettool.collectors.fabric_gids import read_text
+from fleettool.collectors.fabric_samples import device_sub
 from fleettool.model import Sample
 
 FILES = (("nic_pcie_width_lanes", "current_link_width"), ("nic_pcie_width_max_lanes", "max_link_width"))
@@ -20,10 +21,10 @@ FILES = (("nic_pcie_width_lanes", "current_link_width"), ("nic_pcie_width_max_la
 
 def read_width(path: Path) -> int | None:
     """A link width file (`16`, or `x16` on some kernels) -> lanes; None when unreadable or not a width."""
-    try:
-        text = path.read_text(errors="replace").strip().lower().removeprefix("x")
-    except OSError:
+    text = read_text(str(path))
+    if text is None:
         return None
+    text = text.lower().removeprefix("x")
     return int(text) if text.isdigit() and 0 < int(text) <= 32 else None
 
 

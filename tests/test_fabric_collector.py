@@ -293,6 +293,59 @@ def test_carrier_changes_of_the_netdevs_under_each_device_every_10s(tmp_path: Pa
     assert values(later, "net_carrier_changes_total") == {"netdev=ibp24s0": 4.0} and not later.events
 
 
+def _pcie_and_gids(root: Path) -> None:
+    """mlx5_4's PCIe link (x16 of x16) and a GID table on the RoCE bond (link-local, then 10.0.0.1 as RoCE v1
+    and v2, then an empty entry), in the kernel's layout: the saved tree has neither."""
+    dev = root / "class" / "infiniband" / "mlx5_4" / "device"
+    dev.mkdir(parents=True)
+    (dev / "current_link_width").write_text("16\n")
+    (dev / "max_link_width").write_text("16\n")
+    port = port_dir(root, "mlx5_bond_0/1")
+    (port / "gids").mkdir()
+    (port / "gid_attrs" / "types").mkdir(parents=True)
+    table = [
+        ("fe80:0000:0000:0000:a288:c2ff:fe3b:5a10", "RoCE v2"),
+        ("0000:0000:0000:0000:0000:ffff:0a00:0001", "IB/RoCE v1"),
+        ("0000:0000:0000:0000:0000:ffff:0a00:0001", "RoCE v2"),
+        ("0000:0000:0000:0000:0000:0000:0000:0000", None),
+    ]
+    for i, (gid, kind) in enumerate(table):
+        (port / "gids" / str(i)).write_text(gid + "\n")
+        if kind:
+            (port / "gid_attrs" / "types" / str(i)).write_text(kind + "\n")
+
+
+def test_pcie_width_and_roce_gids_are_read_in_the_10s_tier(tmp_path: Path) -> None:
+    mono, root = Mono(), tree(tmp_path)
+    _pcie_and_gids(root)
+    c = FabricCollector(NODE, root, mono=mono)
+    assert c.start()
+    first = c.collect(1000.0)
+    assert values(first, "nic_pcie_width_lanes") == {"device=mlx5_4": 16.0}
+    assert values(first, "nic_pcie_width_max_lanes") == {"device=mlx5_4": 16.0}
+    assert values(first, "ib_port_roce_v2_gids") == {"port=mlx5_bond_0/1": 1.0}  # IB ports have none
+    # the HCA retrains at x8 and the address goes: not read on a state tick, read on the next counter tick
+    (root / "class" / "infiniband" / "mlx5_4" / "device" / "current_link_width").write_text("8\n")
+    zero = "0000:0000:0000:0000:0000:0000:0000:0000\n"
+    (port_dir(root, "mlx5_bond_0/1") / "gids" / "2").write_text(zero)
+    mono.t += 1.0
+    state = c.collect(1001.0)
+    assert not {s.metric for s in state.samples} & {"nic_pcie_width_lanes", "ib_port_roce_v2_gids"}
+    mono.t += 9.0
+    later = c.collect(1010.0)
+    assert values(later, "nic_pcie_width_lanes") == {"device=mlx5_4": 8.0}
+    assert values(later, "ib_port_roce_v2_gids") == {"port=mlx5_bond_0/1": 0.0} and not later.events
+
+
+def test_pcie_width_and_gids_of_excluded_devices_are_not_read(tmp_path: Path) -> None:
+    root = tree(tmp_path)
+    _pcie_and_gids(root)
+    c = FabricCollector(NODE, root, ["mlx5_4", "mlx5_bond_*"], mono=Mono())
+    assert c.start()
+    got = c.collect(1000.0)
+    assert {s.metric for s in got.samples} & {"nic_pcie_width_lanes", "ib_port_roce_v2_gids"} == set()
+
+
 def test_no_infiniband_class_is_not_available_and_looked_at_again_every_60s(tmp_path: Path) -> None:
     mono = Mono()
     c = FabricCollector(NODE, tmp_path, mono=mono)
@@ -470,6 +523,34 @@ def test_record_writes_the_fabric_series_and_replay_reads_them(tmp_path: Path) -
     assert ports == {f"port={p}" for p in H100_PORTS if p != "mlx5_bond_0/1"}
     said = [str(e[3]) for e in _events(db)]
     assert "fabric: mlx5_bond_0 not watched: skipped by configuration (--fabric-exclude mlx5_bond_*)" in said
+
+
+def test_record_writes_the_pcie_width_and_gids_and_replay_reads_them(tmp_path: Path) -> None:
+    root, rec = tree(tmp_path), tmp_path / "rec"
+    _pcie_and_gids(root)
+    args = ["--node", NODE, "--source", "fake", "--collector", "fabric", "--no-collector", "nvml"]
+    r = run_cli("record", "--out", str(rec), *args, "--sysfs-root", str(root), "--duration", "2s")
+    assert r.returncode == 0, r.stderr
+    db = tmp_path / "r.duckdb"
+    r = run_cli("replay", str(rec), "--db", str(db))
+    assert r.returncode == 0, r.stderr
+    rows = {
+        (x[3], x[4], x[5]) for x in _rows(db, "metric LIKE 'nic_pcie_%' OR metric = 'ib_port_roce_v2_gids'")
+    }
+    assert rows == {
+        ("nic_pcie_width_lanes", "device=mlx5_4", 16.0),
+        ("nic_pcie_width_max_lanes", "device=mlx5_4", 16.0),
+        ("ib_port_roce_v2_gids", "port=mlx5_bond_0/1", 1.0),
+    }
+
+
+def test_the_collector_imports_as_installed_outside_the_checkout(tmp_path: Path) -> None:
+    """As the DaemonSet runs it (installed, cwd not the checkout): the helpers it calls import through the
+    package (fleettool.collectors), not the checkout's top-level `collectors`."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = "import fleettool.collectors.fabric, fleettool.collectors.fabric_pcie, fleettool.collectors.fabric_gids"
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
 
 
 def test_samples_are_the_shared_mapping() -> None:
