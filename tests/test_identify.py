@@ -119,8 +119,9 @@ def test_every_kernel_log_shape_replays_its_xid_79_and_alerts(
 def test_plain_dmesg_summary_says_boot_relative(tmp_path: Path) -> None:
     r = run_cli("replay", str(KMSG / "dmesg.txt"), "--db", str(tmp_path / "t.duckdb"))
     assert r.returncode == 0, r.stderr
-    assert "[kernel log: dmesg] 2 events" in r.stdout
-    assert "2 kernel events are boot-relative" in r.stdout and "critical" in r.stdout
+    # 2 GPU lines and the mlx5 link line (a nic record since issue 31)
+    assert "[kernel log: dmesg] 3 events" in r.stdout
+    assert "3 kernel events are boot-relative" in r.stdout and "critical" in r.stdout
 
 
 def test_syslog_year_comes_from_the_mtime_and_is_said(tmp_path: Path) -> None:
