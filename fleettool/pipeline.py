@@ -79,8 +79,10 @@ class Pipeline:
             n += store.write_events(c.events)
             store.upsert_gpus(c.gpus, seen_ts)
             store.record_pods(c.pods)
-            if c.events:
-                store.resolve_event_gpus()  # kernel lines name a PCI id; the inventory knows its index
+            if any(e.gpu is None and (e.pci_bus_id or e.uuid) for e in c.events):
+                # kernel lines name a PCI id; the inventory knows its index. Only then: an agent event names
+                # neither, and the join costs the agent's 16 MB flush (it ran out of memory on a replayed store)
+                store.resolve_event_gpus()
         return n
 
     def evaluate(self, now: float | None = None) -> list[Incident]:

@@ -87,7 +87,8 @@ class NodeScreen(DataScreen):
             )
         fill(self.query_one("#nodegpus", DataTable), GPU_COLUMNS, rows)
         lines = [
-            f"{e['ts']} gpu {e['gpu']} {e['kind']} {e['code'] or ''} {e['message'][:90]}" for e in v["events"]
+            f"{e['ts']} gpu {'-' if e['gpu'] is None else e['gpu']} {e['kind']} {e['code'] or ''} {e['message'][:90]}"
+            for e in v["events"]
         ]
         lines += [
             f"burn-in {b['ts']} gpu {b['gpu']} {b['test']}: {b['verdict']} {b['figure']} {b['unit']}"
