@@ -26,7 +26,7 @@ from fleettool.formats.dcgmi_discovery import parse_discovery
 from fleettool.formats.dcgmi_dmon import parse_dmon
 from fleettool.formats.dcgmi_health import HealthReport, parse_health_json, parse_health_text
 from fleettool.formats.errors import ParseIssue
-from fleettool.ingest.report import FileReport, IngestOptions, outside_time
+from fleettool.ingest.report import FileReport, IngestOptions, outside_time, untimed_file_time
 from fleettool.metrics import map_dcgm_name
 from fleettool.model import Event, EventKind, GpuInfo, Sample, normalize_pci_bus_id
 from fleettool.recording.files import iter_lines, read_text
@@ -42,14 +42,6 @@ def _node(opts: IngestOptions, rep: FileReport, what: str) -> str:
         rep.notes.append(f"{what} names no host: stored as node 'unknown' (give --node)")
     rep.nodes.add(node)
     return node
-
-
-def _when(path: Path, opts: IngestOptions, rep: FileReport, what: str) -> float:
-    ts, src = outside_time(path, opts, rep)
-    rep.time_source = f"{what} prints no time: {src}"
-    rep.t_min = ts if rep.t_min is None else min(rep.t_min, ts)
-    rep.t_max = ts if rep.t_max is None else max(rep.t_max, ts)
-    return ts
 
 
 def _json_doc(path: Path, rep: FileReport) -> dict[str, Any] | None:
@@ -76,7 +68,7 @@ def _store_diag(store: Store, path: Path, opts: IngestOptions, rep: FileReport, 
             rep.skipped = "looked like dcgmi diag output but holds no test result"
         return
     node = _node(opts, rep, "dcgmi diag")
-    ts = _when(path, opts, rep, "dcgmi diag")
+    ts = untimed_file_time(path, opts, rep, "dcgmi diag")
     version = diag.metadata.get("DCGM Version")
     rows = []
     for r in diag.results:
@@ -135,7 +127,7 @@ def _store_health(
             rep.skipped = "looked like dcgmi health output but holds no Overall Health"
         return
     node = _node(opts, rep, "dcgmi health")
-    ts = _when(path, opts, rep, "dcgmi health")
+    ts = untimed_file_time(path, opts, rep, "dcgmi health")
     events = []
     for i in health.incidents:
         kind = HEALTH_KIND.get(i.health)
@@ -248,7 +240,7 @@ def read_dcgmi_discovery(store: Store, path: Path, opts: IngestOptions, rep: Fil
             rep.skipped = "looked like dcgmi discovery output but lists no GPU"
         return
     node = _node(opts, rep, "dcgmi discovery")
-    ts = _when(path, opts, rep, "dcgmi discovery")
+    ts = untimed_file_time(path, opts, rep, "dcgmi discovery")
     infos = [
         GpuInfo(node, g.gpu, g.uuid, normalize_pci_bus_id(g.pci_bus_id) if g.pci_bus_id else None, g.name)
         for g in found.gpus

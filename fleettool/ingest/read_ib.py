@@ -31,7 +31,7 @@ from fleettool.formats.ib_text import command, parse_ibv_devinfo
 from fleettool.formats.iblinkinfo import parse_iblinkinfo
 from fleettool.formats.ibstat import parse_ib_status_text
 from fleettool.formats.perfquery import parse_perfquery
-from fleettool.ingest.report import FileReport, IngestOptions, outside_time
+from fleettool.ingest.report import FileReport, IngestOptions, untimed_file_time
 from fleettool.model import Sample
 from fleettool.recording.files import InputTooLarge, read_text
 from fleettool.store import Store
@@ -53,14 +53,6 @@ def _node(text: str, opts: IngestOptions, rep: FileReport, tool: str) -> str:
             rep.notes.append(f"{tool} names no host: stored as node 'unknown' (give --node)")
     rep.nodes.add(node)
     return node
-
-
-def _when(path: Path, opts: IngestOptions, rep: FileReport, tool: str) -> float:
-    ts, src = outside_time(path, opts, rep)
-    rep.time_source = f"{tool} prints no time: {src}"
-    rep.t_min = ts if rep.t_min is None else min(rep.t_min, ts)
-    rep.t_max = ts if rep.t_max is None else max(rep.t_max, ts)
-    return ts
 
 
 def _n(k: int, word: str) -> str:
@@ -127,7 +119,7 @@ def _snapshot(
             rep.skipped = f"looked like {tool} output but lists no port"
         return
     node = _node(text, opts, rep, tool)
-    ts = _when(path, opts, rep, tool)
+    ts = untimed_file_time(path, opts, rep, tool)
     samples = [s for p in ports for s in state_samples(p, node, ts)]
     if any("failed" in i.message for i in issues):
         rep.notes.append(
@@ -170,7 +162,7 @@ def read_perfquery(store: Store, path: Path, opts: IngestOptions, rep: FileRepor
             " with -C <device> to name it)"
         )
     node = _node(text, opts, rep, "perfquery")
-    ts = _when(path, opts, rep, "perfquery")
+    ts = untimed_file_time(path, opts, rep, "perfquery")
     _unknown_note(ports, rep)
     _write(store, rep, [s for p in ports for s in counter_samples(p, node, ts)])
 
@@ -194,7 +186,7 @@ def read_iblinkinfo(store: Store, path: Path, opts: IngestOptions, rep: FileRepo
         elif not issues:
             rep.notes.append("no host's HCA port in it: nothing stored")
         return
-    ts = _when(path, opts, rep, "iblinkinfo")
+    ts = untimed_file_time(path, opts, rep, "iblinkinfo")
     samples = []
     for host, ports in sorted(info.hosts.items()):
         rep.nodes.add(host)
@@ -234,7 +226,7 @@ def read_ib_sysfs_tarball(store: Store, path: Path, opts: IngestOptions, rep: Fi
     if node == "unknown":
         rep.notes.append("a sysfs tarball names no host: stored as node 'unknown' (give --node)")
     rep.nodes.add(node)
-    ts = _when(path, opts, rep, "a sysfs tarball")
+    ts = untimed_file_time(path, opts, rep, "a sysfs tarball")
     _unknown_note(reading.ports, rep)
     samples = [s for p in reading.ports for s in state_samples(p, node, ts) + counter_samples(p, node, ts)]
     samples += _presence(store, node, ts, reading.ports)

@@ -191,5 +191,15 @@ def outside_time(path: Path, opts: IngestOptions, rep: FileReport) -> tuple[floa
     return t, src
 
 
+def untimed_file_time(path: Path, opts: IngestOptions, rep: FileReport, what: str) -> float:
+    """outside_time for a file of a tool that prints no time (`ibstat`, `dcgmi`): said on the report as
+    `<what> prints no time: <where the time came from>`, and the file's time span set to it."""
+    ts, src = outside_time(path, opts, rep)
+    rep.time_source = f"{what} prints no time: {src}"
+    rep.t_min = ts if rep.t_min is None else min(rep.t_min, ts)
+    rep.t_max = ts if rep.t_max is None else max(rep.t_max, ts)
+    return ts
+
+
 # a reader stores what its file holds (inside the file's transaction) and fills the report
 Reader = Callable[[Store, Path, IngestOptions, FileReport], None]
