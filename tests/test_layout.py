@@ -294,6 +294,7 @@ LAYERS: list[set[str]] = [
     {"fleettool.incidents"},
     {"fleettool.engine"},
     {"fleettool.pipeline", "fleettool.burnin", "fleettool.lifecycle", "fleettool.export", "fleettool.views"},
+    {"fleettool.remediate"},
     {"fleettool.agent"},
     {"fleettool.cli", "fleettool.tui", "fleettool.__main__"},
 ]

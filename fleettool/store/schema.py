@@ -2,7 +2,7 @@
 
 import re
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # The marker that makes a DuckDB file a fleettool store: this row in `meta`. Stores written before the marker
 # existed are recognised by their shape (a `meta` table with a schema_version row, and no table fleettool never
@@ -86,6 +86,17 @@ DDL = [
         alerts INTEGER, summary VARCHAR, because JSON)""",
     """CREATE TABLE IF NOT EXISTS incident_members (
         incident_id VARCHAR NOT NULL, alert_id VARCHAR NOT NULL, role VARCHAR NOT NULL, reason VARCHAR)""",
+    # version 8: remediations (fleettool/remediate/): one row per episode on a node (or one GPU of it), from the
+    # page to a proven return, an RMA or a stop; `rung` is the rung now tried (reset, reboot, power-cycle, rma),
+    # state running | proving | proven | failed | stopped. remediation_log is its audit trail: every rung tried,
+    # step run (argv, exit status, output excerpt), guard decision and proof part, each with its figures (JSON)
+    """CREATE TABLE IF NOT EXISTS remediations (
+        remediation_id VARCHAR PRIMARY KEY, node VARCHAR NOT NULL, gpu SMALLINT, uuid VARCHAR, incident_id VARCHAR,
+        alert_id VARCHAR, rule VARCHAR, paged_at TIMESTAMP, started TIMESTAMP, ended TIMESTAMP, rung VARCHAR,
+        state VARCHAR NOT NULL, via VARCHAR, who VARCHAR, reason VARCHAR, outcome VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS remediation_log (
+        remediation_id VARCHAR NOT NULL, ts TIMESTAMP, rung VARCHAR, kind VARCHAR NOT NULL, name VARCHAR,
+        ok BOOLEAN, detail VARCHAR, figures JSON)""",
     # what was ingested, so replaying the same file twice stores it once: keyed by content hash, and for a file
     # timed from outside its content (name, --at, mtime) by hash@time too (ingest.run.ingest_key)
     """CREATE TABLE IF NOT EXISTS ingests (
