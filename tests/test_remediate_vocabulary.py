@@ -35,6 +35,8 @@ def test_a_proof_passes_only_when_every_part_that_applies_passed() -> None:
     # a burn-in that could not run is no proof
     assert not Proof((ok[0], ok[1], ProofPart("burnin", None, "no GPU"))).passed
     assert not Proof(()).passed
+    # an old driver reports no recovery action: the other parts decide
+    assert Proof((ProofPart("recovery-action", None, "not reported"), *ok[1:])).passed
 
 
 def test_an_episode_and_its_audit_trail_are_stored(tmp_path: Path) -> None:
