@@ -204,8 +204,11 @@ def register(app: typer.Typer) -> None:
             with open_fleet_or_die(fleet) as store:
                 rep = make_report(store, servers=servers)
         else:
+            from fleettool.remediation_stats import remediation_report
+
             with open_store(db, read_only=True) as store:
                 rep = make_report(store, servers=servers)
+                rep["remediation"] = remediation_report(store)  # episodes are the store's, not the fleet's
         if json_out or fmt == "json":  # times ISO 8601, as every other command's JSON
             print_json(_iso_times(rep), default=str)
             return
@@ -216,6 +219,7 @@ def register(app: typer.Typer) -> None:
         f = rep.get("fleet") or {}
         if rep.get("window") is None:
             print("no telemetry, alerts or lifecycle moves in the store: nothing to report")
+            _print_remediation(rep.get("remediation"))
             return
         from fleettool.units import days, human_duration, percent
 
@@ -247,6 +251,33 @@ def register(app: typer.Typer) -> None:
                 f"MTBF {days(rel['mtbf_days'])}, repair time median {days(rd['median'])} / p90 {days(rd['p90'])} "
                 "(report --incidents FILE for an incident log)"
             )
+        _print_remediation(rep.get("remediation"))
+
+
+def _print_remediation(rem: dict[str, Any] | None) -> None:
+    """The remediation figures (fleettool.remediation_stats): the fleet's line, then a row per node."""
+    if not rem or not rem["fleet"]["episodes"]:
+        return
+    from fleettool.units import human_duration
+
+    def tts(f: dict[str, Any], q: str) -> str:
+        return human_duration(f["time_to_service_s"][q])
+
+    def rungs(f: dict[str, Any]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in f["rungs"].items())
+
+    f = rem["fleet"]
+    print(
+        f"remediation: {f['episodes']} episodes ({f['proven']} proven, {f['failed']} failed, {f['stopped']} "
+        f"stopped, {f['open']} open); time to service (page to proven return) median {tts(f, 'median')} / p90 "
+        f"{tts(f, 'p90')} over {f['time_to_service_s']['n']}; rungs tried: {rungs(f)}; re-failures within 24 h "
+        f"of a proven return: {f['refailures_24h']}"
+    )
+    cols: list[Any] = ["node", "episodes", "proven", "failed", "open"]
+    cols += [("tts median", lambda n: tts(n, "median")), ("tts p90", lambda n: tts(n, "p90"))]
+    cols += [(k, lambda n, k=k: n["rungs"].get(k, 0)) for k in f["rungs"]]
+    cols.append(("refail 24h", lambda n: n["refailures_24h"]))
+    print_table(rem["nodes"], cols, drop=("rma", "power-cycle", "failed", "open", "tts p90"))
 
 
 def _iso_times(rep: dict[str, Any]) -> dict[str, Any]:
