@@ -62,6 +62,12 @@ def add_measured(
 H200_MEASURED: dict[str, float] = {"gemm-tf32": 342.7, "gemm-fp8": 1195.0, "hbm": 4266.0}
 add_measured(DEFAULTS, H200_MEASURED, "H200", "bench/results/burnin-h200-cli.json")
 
+# measured on a lent H100 80GB HBM3 (SXM5, driver 580.159.04, the device image's torch, 8192^3) by `fleettool burnin
+# --gpus 0 --tests gemm,hbm --duration 15s` (bench/results/burnin-h100-cli.json, 2026-12-06): until then an H100
+# had floors for bf16/fp16 only, so its tf32, fp8 and HBM rows WARNed and no H100 could pass a remediation proof
+H100_MEASURED: dict[str, float] = {"gemm-tf32": 354.4, "gemm-fp8": 1221.0, "hbm": 3026.0}
+add_measured(DEFAULTS, H100_MEASURED, "H100 80GB HBM3", "bench/results/burnin-h100-cli.json")
+
 
 def default_floor(model: str | None, test: str) -> tuple[float, str] | None:
     if not model:
