@@ -47,6 +47,17 @@ def register(app: typer.Typer) -> None:
         ] = False,
         json_out: JsonOpt = False,
         fmt: FormatOpt = "table",
+        bundle: Annotated[
+            Path | None,
+            typer.Option(
+                "--bundle",
+                help="with rma: also write the evidence for the vendor to this .tar.gz (alerts, events, kernel-log "
+                "lines, burn-ins, remediations, serials and UUIDs); on a node already in rma, only the bundle",
+            ),
+        ] = None,
+        bundle_gpu: Annotated[
+            int | None, typer.Option("--gpu", min=0, help="with --bundle: the GPU the RMA is for")
+        ] = None,
     ) -> None:
         """A node's lifecycle: healthy -> suspect -> cordoned -> in-repair -> burn-in -> healthy, or -> rma. Only
         valid transitions; each recorded with who, when and why. Kubernetes and Slurm side effects only with
@@ -54,6 +65,7 @@ def register(app: typer.Typer) -> None:
         or burn-in needs a burn-in that PASSed since the node was taken out, or --force -m REASON.
 
         Example: fleettool node gpu-17 cordon --by alice -m "XID 79 twice" --slurm
+        Example: fleettool node gpu-17 rma --bundle gpu-17-rma.tar.gz --gpu 3 -m "XID 79 after a power cycle"
         """
         from fleettool.burnin.dispatch import validate_node
         from fleettool.lifecycle import ToolMissing, TransitionError, audit, current, transition
@@ -68,6 +80,11 @@ def register(app: typer.Typer) -> None:
             validate_node(name)
         except ValueError as e:
             raise die(str(e), ExitCode.USAGE) from None
+        if bundle is not None and action != "rma":
+            raise die(f"--bundle goes with rma (fleettool node {name} rma --bundle FILE)", ExitCode.USAGE)
+        if bundle_gpu is not None and bundle is None:
+            raise die("--gpu goes with rma --bundle FILE", ExitCode.USAGE)
+        from fleettool.remediate.rma import BundleError, check_bundle, write_bundle
         from fleettool.store.nodes import known_nodes, node_known
 
         if VERBS[action] is not None and not db.exists():  # a typo in --db: never a new, throwaway store
@@ -88,7 +105,12 @@ def register(app: typer.Typer) -> None:
                 new_node = True
             else:
                 new_node = False
-            if VERBS[action] is not None:
+            try:  # a bad --bundle path or --gpu is found before the move, never after it
+                if bundle is not None:
+                    check_bundle(store, name, bundle, gpu=bundle_gpu)
+            except BundleError as e:
+                raise die(f"--bundle {e}", ExitCode.BAD_INPUT) from None
+            if VERBS[action] is not None and not (bundle is not None and current(store, name).state == "rma"):
                 try:
                     transition(
                         store,
@@ -109,6 +131,13 @@ def register(app: typer.Typer) -> None:
                     print(
                         f"fleettool: note: {name} is new to {db}: its lifecycle starts here", file=sys.stderr
                     )
+            if bundle is not None:
+                m = write_bundle(store, name, bundle, gpu=bundle_gpu)
+                gpus = ", ".join(f"GPU {g['gpu']} {g['uuid']} serial {g['serial'] or '?'}" for g in m["gpus"])
+                print(
+                    f"fleettool: wrote {bundle} ({len(m['files'])} files; {gpus or 'no GPUs'})",
+                    file=sys.stderr,
+                )
             st = current(store, name)
             trail = audit(store, name)
             from fleettool.store.alerts import list_alerts
