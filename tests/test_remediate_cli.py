@@ -99,7 +99,9 @@ RESET_ON_NODE = [
 
 
 def _proof_calls(calls: list[str]) -> list[str]:
-    return [c for c in calls if c.split()[0] in ("journalctl", "fleettool") or c.startswith("nvidia-smi nvlink")]
+    return [
+        c for c in calls if c.split()[0] in ("journalctl", "fleettool") or c.startswith("nvidia-smi nvlink")
+    ]
 
 
 def test_without_yes_it_prints_the_plan_and_runs_nothing(tmp_path: Path) -> None:
@@ -116,7 +118,8 @@ def test_without_yes_it_prints_the_plan_and_runs_nothing(tmp_path: Path) -> None
 
 def test_a_reset_proven_untaints_the_gpu_on_kubernetes(tmp_path: Path) -> None:
     db = tmp_path / "f.duckdb"
-    _store(db, _alert("GpuDoubleBitError", "reset-gpu", "ecc"))  # no stored recovery action: read at plan time
+    # no stored recovery action: nvidia-smi -q -i 3 reads it at plan time
+    _store(db, _alert("GpuDoubleBitError", "reset-gpu", "ecc"))
     p, bin_dir = _remediate(tmp_path, "reset-proven", "--via", "k8s", "--yes", *FAST)
     assert p.returncode == 0, p.stderr
     calls = _calls(bin_dir)
@@ -130,7 +133,12 @@ def test_a_reset_proven_untaints_the_gpu_on_kubernetes(tmp_path: Path) -> None:
     assert ep["state"] == "proven" and ep["rung"] == "reset" and ep["gpu"] == GPU and ep["via"] == "k8s"
     assert ep["paged_at"] is not None and ep["who"] == "alice"
     assert _kinds(log, "rung") == [("reset", None)]
-    assert dict(_kinds(log, "proof")) == {"recovery-action": True, "xid-quiet": True, "burnin": True, "nvlink": True}
+    assert dict(_kinds(log, "proof")) == {
+        "recovery-action": True,
+        "xid-quiet": True,
+        "burnin": True,
+        "nvlink": True,
+    }
     assert any(r["kind"] == "return" and r["ok"] for r in log)
     # a reset of one GPU leaves the node's lifecycle alone
     with Store(db, read_only=True) as s:
