@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,111 +14,15 @@ import pytest
 
 from fleettool.store import Store
 from tests.conftest import run_cli
+from tests.slurm_cluster import SKIP, one_node_slurm
 
-NEEDED = ("slurmctld", "slurmd", "srun", "sinfo", "munged")
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or any(shutil.which(x) is None for x in NEEDED),
-    reason="needs root and Debian's slurm-wlm + munge (CI installs them)",
-)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+pytestmark = SKIP
 
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    d = tmp_path_factory.mktemp("slurm")
-    host = socket.gethostname().split(".")[0]
-    key = d / "munge.key"
-    key.write_bytes(os.urandom(1024))
-    key.chmod(0o400)
-    sock = d / "munge.socket"
-    for sub in ("state", "spool", "log", "munge-run"):
-        (d / sub).mkdir()
-    munged = subprocess.Popen(
-        [
-            "munged",
-            "--foreground",
-            "--force",
-            f"--key-file={key}",
-            f"--socket={sock}",
-            f"--pid-file={d / 'munge-run' / 'munged.pid'}",
-            f"--seed-file={d / 'munge-run' / 'seed'}",
-            f"--log-file={d / 'log' / 'munged.log'}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    mem_mb = int(Path("/proc/meminfo").read_text().split()[1]) // 1024
-    conf = d / "slurm.conf"
-    conf.write_text(
-        "\n".join(
-            [
-                "ClusterName=fleettool-test",
-                f"SlurmctldHost={host}",
-                "SlurmUser=root",
-                "AuthType=auth/munge",
-                f"AuthInfo=socket={sock}",
-                "CredType=cred/munge",
-                f"SlurmctldPort={_free_port()}",
-                f"SlurmdPort={_free_port()}",
-                f"StateSaveLocation={d / 'state'}",
-                f"SlurmdSpoolDir={d / 'spool'}",
-                f"SlurmctldPidFile={d / 'slurmctld.pid'}",
-                f"SlurmdPidFile={d / 'slurmd.pid'}",
-                f"SlurmctldLogFile={d / 'log' / 'slurmctld.log'}",
-                f"SlurmdLogFile={d / 'log' / 'slurmd.log'}",
-                "ProctrackType=proctrack/linuxproc",
-                "TaskPlugin=task/none",
-                "SelectType=select/cons_tres",
-                "SelectTypeParameters=CR_Core",
-                "MpiDefault=none",
-                "ReturnToService=2",
-                "SchedulerType=sched/backfill",
-                f"NodeName={host} CPUs={os.cpu_count()} RealMemory={max(mem_mb - 512, 256)} State=UNKNOWN",
-                f"PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP",
-                "",
-            ]
-        )
-    )
-    env = {**os.environ, "SLURM_CONF": str(conf)}
-    ctld = subprocess.Popen(
-        ["slurmctld", "-D", "-f", str(conf)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    time.sleep(1.0)
-    sd = subprocess.Popen(
-        ["slurmd", "-D", "-f", str(conf)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        deadline = time.time() + 60
-        state = ""
-        while time.time() < deadline:
-            r = subprocess.run(
-                ["sinfo", "-h", "-o", "%t", "-n", host], env=env, capture_output=True, text=True
-            )
-            state = r.stdout.strip()
-            if state.startswith("idle"):
-                break
-            time.sleep(1)
-        if not state.startswith("idle"):
-            logs = "".join(
-                (d / "log" / f).read_text()[-1500:]
-                for f in ("slurmctld.log", "slurmd.log")
-                if (d / "log" / f).exists()
-            )
-            pytest.fail(f"slurm did not come up (sinfo state {state!r}):\n{logs}")
-        yield {"SLURM_CONF": str(conf), "host": host}
-    finally:
-        for p in (sd, ctld, munged):
-            p.terminate()
-        for p in (sd, ctld, munged):
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+    with one_node_slurm(tmp_path_factory.mktemp("slurm")) as s:
+        yield s
 
 
 def test_srun_works(slurm: dict[str, str]) -> None:

@@ -41,6 +41,7 @@ class BurninConfig:
     ar_tool: str = "torch"  # torch, or nccl-tests (all_reduce_perf on PATH), parsed by the nccl-tests reader
     dcgm_level: int = 1
     cpu_devices: int = 1  # cpu backend: devices to run side by side, as GPUs 0..n-1 when more than one
+    gpus: tuple[int, ...] | None = None  # --gpus: the NVML indices to stress and judge; None: every GPU
     sdc_inject: tuple[int, ...] = ()  # drills, tests: the devices (positions) whose GEMM products are corrupt
     ar_inject: tuple[int, int] | None = (
         None  # drills, tests: (rank, iteration) that receives one wrong element
@@ -64,6 +65,7 @@ def cpu_defaults(cfg: BurninConfig) -> BurninConfig:
         ar_procs=cfg.ar_procs or 2,
         ar_tool=cfg.ar_tool,
         cpu_devices=cfg.cpu_devices,
+        gpus=cfg.gpus,
         sdc_inject=cfg.sdc_inject,
         ar_inject=cfg.ar_inject,
     )

@@ -39,6 +39,10 @@ TORCH_MISSING_CPU = (  # PyPI's default Linux wheel is the CUDA build, several G
 )
 
 
+class NoSuchGpu(ValueError):
+    """--gpus names an index the node does not have (the message names it and the node's GPUs)."""
+
+
 def _import_torch() -> Any:
     import torch
 
@@ -91,6 +95,14 @@ def run_burnin(
     opened, why_not = (None, "") if source is not None else _open_source(cfg)
     gpu_source = source or opened
     devices, model, driver = _devices(torch, cfg, gpu_source)
+    if cfg.gpus is not None:
+        try:
+            devices = only_gpus(cfg.node, devices, cfg.gpus)
+        except NoSuchGpu:
+            if opened is not None:
+                with contextlib.suppress(Exception):
+                    opened.close()
+            raise
     rep.devices = devices
     busy = BusyCheck(gpu_source, [d["gpu"] for d in devices if d["gpu"] is not None], why_not)
     busy.before_tests(time.time())  # before any test has made a context on a GPU
@@ -126,6 +138,17 @@ def run_burnin(
     if store is not None:
         save(store, rep)
     return rep
+
+
+def only_gpus(node: str, devices: list[dict[str, Any]], gpus: tuple[int, ...]) -> list[dict[str, Any]]:
+    """The devices whose NVML index is in `gpus` (--gpus), in the node's order; NoSuchGpu naming the first index
+    the node lacks (a device matched to no NVML index is no GPU it can name)."""
+    have = [d["gpu"] for d in devices if d["gpu"] is not None]
+    missing = [g for g in gpus if g not in have]
+    if missing:
+        listed = ", ".join(map(str, have)) or "none"
+        raise NoSuchGpu(f"{node} has no GPU {missing[0]} (its GPUs: {listed})")
+    return [d for d in devices if d["gpu"] in gpus]
 
 
 def _open_source(cfg: BurninConfig) -> tuple[GpuSource | None, str]:

@@ -8,8 +8,10 @@ Adding a test: write `def run_x(ctx: StepContext) -> list[Result]` (here or in i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 from fleettool.burnin import allreduce, dcgm, gemm, hbm
@@ -61,7 +63,7 @@ def measure_allreduce(
     if cfg.backend == "cuda":
         mem = min(int(d.get("memory_bytes", 0)) for d in devices)
         sizes = [s for s in sizes if s * 3 < mem] or sizes[:1]
-    with tempfile.TemporaryDirectory(prefix="fleettool-ar-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fleettool-ar-") as tmp, _visible(cfg, devices):
         try:
             if cfg.ar_tool == "nccl-tests":
                 out = allreduce.run_nccl_tests(nprocs, cfg.ar_min, cfg.ar_max, cfg.ar_iters)
@@ -75,6 +77,25 @@ def measure_allreduce(
             )
     rep.allreduce = out
     return judge_allreduce(cfg.node, nprocs, out, backend, floor)
+
+
+@contextlib.contextmanager
+def _visible(cfg: BurninConfig, devices: list[dict[str, Any]]) -> Iterator[None]:
+    """Under --gpus, the all-reduce's processes (rank k on cuda:k) see only the GPUs named, by UUID in the
+    devices' order (CUDA_VISIBLE_DEVICES takes UUIDs: no question of CUDA's order against NVML's)."""
+    uuids = [d.get("uuid") for d in devices]
+    if cfg.gpus is None or cfg.backend != "cuda" or not all(uuids):
+        yield
+        return
+    old = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(u) for u in uuids)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = old
 
 
 def run_allreduce(ctx: StepContext) -> list[Result]:

@@ -31,6 +31,24 @@ def _check_choices(option: str, given: list[str], allowed: tuple[str, ...]) -> l
     return items
 
 
+def parse_gpus(text: str | None) -> tuple[int, ...] | None:
+    """--gpus: a comma list of NVML indices (0,3), or a usage error naming the option."""
+    if text is None:
+        return None
+    items = [x.strip() for x in text.split(",")]
+    if not items or not all(x.isdigit() for x in items):
+        raise typer.BadParameter(
+            f"{text!r} is not a comma list of GPU indices (NVML's, as nvidia-smi numbers them: 0,3)",
+            param_hint="--gpus",
+        )
+    return tuple(dict.fromkeys(int(x) for x in items))
+
+
+def gpus_passthrough(gpus: tuple[int, ...] | None) -> list[str]:
+    """--gpus as a remote run is given it."""
+    return [] if gpus is None else ["--gpus", ",".join(map(str, gpus))]
+
+
 def _is_local(node: str) -> bool:
     names = {hostname(), socket.gethostname(), "localhost", "127.0.0.1"}
     with contextlib.suppress(OSError):
@@ -86,6 +104,15 @@ def register(app: typer.Typer) -> None:
             ),
         ] = "cuda",
         tests: Annotated[str, typer.Option(help=f"comma list of {', '.join(TESTS)}")] = ",".join(TESTS),
+        gpus: Annotated[
+            str | None,
+            typer.Option(
+                help="comma list of NVML GPU indices (as nvidia-smi numbers them): only those are stressed "
+                "and judged (the all-reduce spans them); an index the node lacks is a usage error (2). "
+                "Default: every GPU",
+                show_default=False,
+            ),
+        ] = None,
         dtypes: Annotated[
             str | None,
             typer.Option(
@@ -173,6 +200,7 @@ def register(app: typer.Typer) -> None:
             )
         _check_choices("--backend", [backend], BACKENDS)
         wanted = _check_choices("--tests", tests.split(","), TESTS)
+        gpu_list = parse_gpus(gpus)
         dtype_list = None if dtypes is None else _check_choices("--dtypes", dtypes.split(","), DTYPES)
         _check_choices("--allreduce-tool", [allreduce_tool], AR_TOOLS)
         # the external tools this run needs are there before anything starts (or the node is cordoned)
@@ -196,6 +224,7 @@ def register(app: typer.Typer) -> None:
             "--backend",
             backend,
             *(["--tests", tests] if explicit_tests else []),
+            *gpus_passthrough(gpu_list),
             *(["--dtypes", ",".join(dtype_list)] if dtype_list else []),  # else the remote backend's default
             "--duration",
             duration,
@@ -219,8 +248,14 @@ def register(app: typer.Typer) -> None:
                 ar_max=ar_max,
                 dcgm_level=dcgm_level,
                 ar_tool=allreduce_tool,
+                gpus=gpu_list,
             )
-            rep = _run_local(cfg, db, no_store, json_out)
+            from fleettool.burnin.runner import NoSuchGpu
+
+            try:
+                rep = _run_local(cfg, db, no_store, json_out)
+            except NoSuchGpu as e:
+                raise die(f"--gpus: {e}", ExitCode.USAGE) from None
         else:
             rep = _run_remote(
                 mode,
