@@ -46,14 +46,15 @@ def _store(db: Path, *alerts: AlertRecord, recovery: int | None = None) -> None:
 
 
 def _seq(tmp_path: Path, name: str) -> Path:
-    """The sequence and its outputs, copied; the burn-in reports dated now (the lifecycle's return needs a PASS
-    newer than the node was taken out, and a recorded report carries the time it ran)."""
+    """The sequence and its outputs, copied; the burn-in reports dated a minute ahead, after the rung that the
+    test is about to run (the lifecycle's return needs a PASS newer than the node was taken out, and a recorded
+    report carries the time it ran, which a stand-in cannot move)."""
     d = tmp_path / "seq"
     shutil.copytree(SEQ, d)
     now = time.time()
     for rep in (d / "outputs").glob("burnin-*.json"):
         data = json.loads(rep.read_text())
-        data["started"], data["finished"] = now, now + 1
+        data["started"], data["finished"] = now + 60, now + 61
         rep.write_text(json.dumps(data))
     return d / f"{name}.json"
 
@@ -111,6 +112,7 @@ def test_without_yes_it_prints_the_plan_and_runs_nothing(tmp_path: Path) -> None
     assert "rung reset" in p.stdout and "run again with --yes" in p.stdout
     assert "scontrol update nodename=gpu-17 state=drain" in p.stdout and "nvidia-smi -r -i 3" in p.stdout
     assert "xid-quiet" in p.stdout and "takes out of service" in p.stdout
+    assert "blast guard: fleet: 0 open of 1" in p.stdout and "no rack known for gpu-17" in p.stdout
     assert standin.calls(bin_dir) == []
     with Store(tmp_path / "f.duckdb", read_only=True) as s:
         assert list_remediations(s) == []
@@ -249,7 +251,8 @@ def test_the_blast_guard_refuses_past_the_rack_limit(tmp_path: Path, limit: int,
     args = ("--via", "slurm", "--yes", "--per-rack", str(limit), "--fleet-pct", "100", *FAST)
     p, bin_dir = _remediate(tmp_path, "nothing-runs", *args)
     assert p.returncode == 1
-    assert "refused" in p.stderr and "r07" in p.stderr and "gpu-01" in p.stderr
+    assert "refused" in p.stderr and f"rack r07 already has {open_before} node" in p.stderr
+    assert f"the limit is {limit} per rack" in p.stderr and "gpu-01" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
     assert standin.calls(bin_dir) == []
     with Store(db, read_only=True) as s:

@@ -104,15 +104,16 @@ def register(app: typer.Typer) -> None:
                     alerts=choice.alerts, incident_id=choice.incident_id,
                     recovery_action=choice.recovery_action, uuid=choice.uuid,
                 )  # fmt: skip
+                blast = loop.guard_line(store, node, opts)
                 if not run_it:
                     if json_out:
-                        print_json({"plan": plans.to_dict(first, popts), "ran": False})
+                        print_json({"plan": plans.to_dict(first, popts) | {"guard": blast}, "ran": False})
                     else:
-                        print(plans.render(first, popts))
+                        print(plans.render(first, popts) + f"\n  blast guard: {blast}")
                         print("dry run: nothing was run" if dry_run else "run again with --yes to do it")
                     return
                 if not json_out:
-                    print(plans.render(first, popts))
+                    print(plans.render(first, popts) + f"\n  blast guard: {blast}")
                     sys.stdout.flush()
                 out = loop.run(store, first, choice, runner, opts, clock=time.time, sleep=time.sleep)
             except ladder.NoRung as e:

@@ -70,8 +70,19 @@ def refusal(store: Store, node: str, opts: LoopOptions, now: float) -> Outcome |
     )
     if r is None:
         return None
-    names = ", ".join(f"{o.get('remediation_id')} ({o.get('node')}, {o.get('rung')})" for o in r.open)
-    return Outcome("refused", r.reason + (f"; open: {names}" if names else ""), open=tuple(r.open))
+    return Outcome("refused", r.reason, open=tuple(r.open))  # the reason names the open episodes / incidents
+
+
+def guard_line(store: Store, node: str, opts: LoopOptions) -> str:
+    """The blast guard's scopes for the plan: 'rack r07: 0 of 1 open; fleet: 2 of 4 open (40 nodes)' + notes."""
+    from fleettool.remediate import guard
+
+    sc = guard.scopes(store, node, guard.GuardLimits(per_rack=opts.per_rack, fleet_pct=opts.fleet_pct))
+    parts = []
+    if sc["rack"] is not None:
+        parts.append(f"rack {sc['rack']}: {sc['open']['rack']} open of {sc['caps']['rack']}")
+    parts.append(f"fleet: {sc['open']['fleet']} open of {sc['caps']['fleet']} ({sc['fleet_nodes']} nodes)")
+    return "; ".join(parts + list(sc["notes"]))
 
 
 class Episode:
