@@ -59,10 +59,11 @@ def _seq(tmp_path: Path, name: str) -> Path:
     return d / f"{name}.json"
 
 
-def _remediate(tmp_path: Path, seq: str, *args: str) -> tuple[Any, Path]:
+def _remediate(tmp_path: Path, seq: str, *args: str, env: dict[str, str] | None = None) -> tuple[Any, Path]:
     bin_dir = tmp_path / "bin"
     standin.install(bin_dir, _seq(tmp_path, seq))
-    p = run_cli("remediate", NODE, "--db", str(tmp_path / "f.duckdb"), *args, env=standin.env(bin_dir))
+    env = {**standin.env(bin_dir), **(env or {})}
+    p = run_cli("remediate", NODE, "--db", str(tmp_path / "f.duckdb"), *args, env=env)
     return p, bin_dir
 
 
@@ -191,16 +192,19 @@ def test_a_refused_reset_climbs_to_a_reboot(tmp_path: Path) -> None:
 def test_a_gpu_still_lost_after_the_reboot_is_power_cycled(tmp_path: Path) -> None:
     db = tmp_path / "f.duckdb"
     _store(db, _alert("GpuFellOffTheBus", "reboot-node", "gpu-lost"))
+    bmc = ("--bmc", "gpu-17-bmc", "--bmc-user", "admin")
     p, bin_dir = _remediate(
-        tmp_path, "lost-after-reboot-power-cycle", "--via", "slurm", "--bmc", "gpu-17-bmc", "--yes", *FAST
-    )
+        tmp_path, "lost-after-reboot-power-cycle", "--via", "slurm", *bmc, "--yes", *FAST,
+        env={"IPMI_PASSWORD": "s3cret-not-on-argv"},
+    )  # fmt: skip
     assert p.returncode == 0, p.stderr
     calls = _calls(bin_dir)
     assert not any(c.startswith("nvidia-smi -r") for c in calls)  # a lost GPU is never reset in-band
     reboot = next(i for i, c in enumerate(calls) if c.startswith("scontrol reboot"))
     cycle = next(i for i, c in enumerate(calls) if c.startswith("ipmitool"))
     assert reboot < calls.index("nvidia-smi -L @gpu-17") < cycle
-    assert "IPMI_PASSWORD" not in " ".join(calls) and "-E" in calls[cycle].split()
+    assert "s3cret" not in " ".join(calls) and "-E" in calls[cycle].split()
+    assert calls[cycle] == "ipmitool -I lanplus -H gpu-17-bmc -U admin -E chassis power cycle"
     assert [c for c in calls if "state=resume" in c] == [calls[-1]]
     ep, log = _episode(db)
     assert ep["state"] == "proven" and ep["rung"] == "power-cycle"

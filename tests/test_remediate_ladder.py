@@ -140,3 +140,17 @@ def test_the_reset_waits_for_the_gpu_s_work_then_fails_naming_the_pids(
     # listed at t = 0, 10, 20, 30; nothing else ran (no persistence change, no service stopped, no reset)
     assert len(calls) == 4 and {c["tool"] for c in calls} == {"nvidia-smi"}
     assert os.environ["STANDIN_DIR"]
+
+
+def test_a_bmc_without_its_credentials_is_refused_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("IPMI_PASSWORD", raising=False)
+    _store(tmp_path / "f.duckdb", _alert("GpuFellOffTheBus", "reboot-node", "gpu-lost"))
+    p, bin_dir = _plan(tmp_path, "--via", "slurm", "--bmc", "gpu-17-bmc", "--yes", *FAST)
+    assert p.returncode == 2 and "--bmc-user" in p.stderr
+    p, bin_dir = _plan(
+        tmp_path, "--via", "slurm", "--bmc", "gpu-17-bmc", "--bmc-user", "admin", "--yes", *FAST
+    )
+    assert p.returncode == 8 and "IPMI_PASSWORD" in p.stderr and "nothing was run" in p.stderr
+    assert standin.calls(bin_dir) == []

@@ -41,6 +41,10 @@ def register(app: typer.Typer) -> None:
         ] = "20m",
         bmc: Annotated[str | None, typer.Option("--bmc", help="the node's BMC (power-cycle rung)")] = None,
         bmc_method: Annotated[str, typer.Option("--bmc-method", help="ipmi or redfish")] = "ipmi",
+        bmc_user: Annotated[
+            str | None,
+            typer.Option("--bmc-user", help="the BMC user for ipmitool (the password: $IPMI_PASSWORD)"),
+        ] = None,
         from_rung: Annotated[
             str | None, typer.Option("--from", help="start at this rung: reset, reboot, power-cycle, rma")
         ] = None,
@@ -75,6 +79,21 @@ def register(app: typer.Typer) -> None:
             raise die(f"--gpu {gpu}: a GPU index is 0 or more", ExitCode.USAGE)
         if per_rack < 1 or not 0 < fleet_pct <= 100:
             raise die("--per-rack is at least 1 and --fleet-pct in (0, 100]", ExitCode.USAGE)
+        if bmc is not None:
+            from fleettool.remediate.bmc import BmcError, _check_bmc, credentials_problem
+
+            try:
+                _check_bmc(bmc, bmc_method)
+            except BmcError as e:
+                raise die(f"--bmc: {e}", ExitCode.USAGE) from None
+            if bmc_method == "ipmi" and not bmc_user:
+                raise die(
+                    "--bmc with ipmitool needs --bmc-user (the password comes from IPMI_PASSWORD)",
+                    ExitCode.USAGE,
+                )
+            missing = credentials_problem(bmc_method) if yes and not dry_run else None
+            if missing:
+                raise die(f"--bmc {bmc}: {missing}; nothing was run", ExitCode.UNAVAILABLE)
         quiet_s = parse_duration(quiet, "--quiet")
         drain_s = parse_duration(drain_timeout, "--drain-timeout")
         boot_s = parse_duration(boot_timeout, "--boot-timeout")
@@ -88,7 +107,7 @@ def register(app: typer.Typer) -> None:
                 ExitCode.BAD_INPUT,
             )
         run_it = yes and not dry_run
-        popts = plans.Options(bmc=bmc, bmc_method=bmc_method)
+        popts = plans.Options(bmc=bmc, bmc_method=bmc_method, bmc_user=bmc_user)
         opts = loop.LoopOptions(
             who=by or who_acts(), quiet_s=quiet_s, drain_timeout_s=drain_s, boot_timeout_s=boot_s,
             per_rack=per_rack, fleet_pct=fleet_pct, plan=popts,
