@@ -285,6 +285,7 @@ LAYERS: list[set[str]] = [
         "fleettool.xid_catalog",
         "fleettool.fleet",
         "fleettool.stats",
+        "fleettool.remediation_stats",
         "fleettool.report",
         "fleettool.fabric_report",
         "fleettool.reliability",

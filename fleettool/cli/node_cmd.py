@@ -47,6 +47,17 @@ def register(app: typer.Typer) -> None:
         ] = False,
         json_out: JsonOpt = False,
         fmt: FormatOpt = "table",
+        bundle: Annotated[
+            Path | None,
+            typer.Option(
+                "--bundle",
+                help="with rma: also write the evidence for the vendor to this .tar.gz (alerts, events, kernel-log "
+                "lines, burn-ins, remediations, serials and UUIDs); on a node already in rma, only the bundle",
+            ),
+        ] = None,
+        bundle_gpu: Annotated[
+            int | None, typer.Option("--gpu", min=0, help="with --bundle: the GPU the RMA is for")
+        ] = None,
     ) -> None:
         """A node's lifecycle: healthy -> suspect -> cordoned -> in-repair -> burn-in -> healthy, or -> rma. Only
         valid transitions; each recorded with who, when and why. Kubernetes and Slurm side effects only with
@@ -54,6 +65,7 @@ def register(app: typer.Typer) -> None:
         or burn-in needs a burn-in that PASSed since the node was taken out, or --force -m REASON.
 
         Example: fleettool node gpu-17 cordon --by alice -m "XID 79 twice" --slurm
+        Example: fleettool node gpu-17 rma --bundle gpu-17-rma.tar.gz --gpu 3 -m "XID 79 after a power cycle"
         """
         from fleettool.burnin.dispatch import validate_node
         from fleettool.lifecycle import ToolMissing, TransitionError, audit, current, transition
@@ -68,6 +80,11 @@ def register(app: typer.Typer) -> None:
             validate_node(name)
         except ValueError as e:
             raise die(str(e), ExitCode.USAGE) from None
+        if bundle is not None and action != "rma":
+            raise die(f"--bundle goes with rma (fleettool node {name} rma --bundle FILE)", ExitCode.USAGE)
+        if bundle_gpu is not None and bundle is None:
+            raise die("--gpu goes with rma --bundle FILE", ExitCode.USAGE)
+        from fleettool.remediate.rma import BundleError, check_bundle, write_bundle
         from fleettool.store.nodes import known_nodes, node_known
 
         if VERBS[action] is not None and not db.exists():  # a typo in --db: never a new, throwaway store
@@ -88,7 +105,12 @@ def register(app: typer.Typer) -> None:
                 new_node = True
             else:
                 new_node = False
-            if VERBS[action] is not None:
+            try:  # a bad --bundle path or --gpu is found before the move, never after it
+                if bundle is not None:
+                    check_bundle(store, name, bundle, gpu=bundle_gpu)
+            except BundleError as e:
+                raise die(f"--bundle {e}", ExitCode.BAD_INPUT) from None
+            if VERBS[action] is not None and not (bundle is not None and current(store, name).state == "rma"):
                 try:
                     transition(
                         store,
@@ -109,6 +131,13 @@ def register(app: typer.Typer) -> None:
                     print(
                         f"fleettool: note: {name} is new to {db}: its lifecycle starts here", file=sys.stderr
                     )
+            if bundle is not None:
+                m = write_bundle(store, name, bundle, gpu=bundle_gpu)
+                gpus = ", ".join(f"GPU {g['gpu']} {g['uuid']} serial {g['serial'] or '?'}" for g in m["gpus"])
+                print(
+                    f"fleettool: wrote {bundle} ({len(m['files'])} files; {gpus or 'no GPUs'})",
+                    file=sys.stderr,
+                )
             st = current(store, name)
             trail = audit(store, name)
             from fleettool.store.alerts import list_alerts
@@ -204,8 +233,11 @@ def register(app: typer.Typer) -> None:
             with open_fleet_or_die(fleet) as store:
                 rep = make_report(store, servers=servers)
         else:
+            from fleettool.remediation_stats import remediation_report
+
             with open_store(db, read_only=True) as store:
                 rep = make_report(store, servers=servers)
+                rep["remediation"] = remediation_report(store)  # episodes are the store's, not the fleet's
         if json_out or fmt == "json":  # times ISO 8601, as every other command's JSON
             print_json(_iso_times(rep), default=str)
             return
@@ -216,6 +248,7 @@ def register(app: typer.Typer) -> None:
         f = rep.get("fleet") or {}
         if rep.get("window") is None:
             print("no telemetry, alerts or lifecycle moves in the store: nothing to report")
+            _print_remediation(rep.get("remediation"))
             return
         from fleettool.units import days, human_duration, percent
 
@@ -247,6 +280,33 @@ def register(app: typer.Typer) -> None:
                 f"MTBF {days(rel['mtbf_days'])}, repair time median {days(rd['median'])} / p90 {days(rd['p90'])} "
                 "(report --incidents FILE for an incident log)"
             )
+        _print_remediation(rep.get("remediation"))
+
+
+def _print_remediation(rem: dict[str, Any] | None) -> None:
+    """The remediation figures (fleettool.remediation_stats): the fleet's line, then a row per node."""
+    if not rem or not rem["fleet"]["episodes"]:
+        return
+    from fleettool.units import human_duration
+
+    def tts(f: dict[str, Any], q: str) -> str:
+        return human_duration(f["time_to_service_s"][q])
+
+    def rungs(f: dict[str, Any]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in f["rungs"].items())
+
+    f = rem["fleet"]
+    print(
+        f"remediation: {f['episodes']} episodes ({f['proven']} proven, {f['failed']} failed, {f['stopped']} "
+        f"stopped, {f['open']} open); time to service (page to proven return) median {tts(f, 'median')} / p90 "
+        f"{tts(f, 'p90')} over {f['time_to_service_s']['n']}; rungs tried: {rungs(f)}; re-failures within 24 h "
+        f"of a proven return: {f['refailures_24h']}"
+    )
+    cols: list[Any] = ["node", "episodes", "proven", "failed", "open"]
+    cols += [("tts median", lambda n: tts(n, "median")), ("tts p90", lambda n: tts(n, "p90"))]
+    cols += [(k, lambda n, k=k: n["rungs"].get(k, 0)) for k in f["rungs"]]
+    cols.append(("refail 24h", lambda n: n["refailures_24h"]))
+    print_table(rem["nodes"], cols, drop=("rma", "power-cycle", "failed", "open", "tts p90"))
 
 
 def _iso_times(rep: dict[str, Any]) -> dict[str, Any]:
