@@ -284,3 +284,23 @@ def test_a_teardown_storm_never_starts_one(tmp_path: Path) -> None:
     assert standin.calls(bin_dir) == []
     with Store(db, read_only=True) as s:
         assert list_remediations(s, NODE) == []
+
+
+def test_a_gpu_lost_after_the_power_cycle_goes_to_rma_and_stays_out(tmp_path: Path) -> None:
+    db = tmp_path / "f.duckdb"
+    _store(db, _alert("GpuFellOffTheBus", "reboot-node", "gpu-lost"))
+    bmc = ("--bmc", "gpu-17-bmc", "--bmc-user", "admin")
+    p, bin_dir = _remediate(
+        tmp_path, "still-lost-rma", "--via", "slurm", *bmc, "--yes", *FAST, env={"IPMI_PASSWORD": "x"}
+    )
+    assert p.returncode == 1, p.stderr
+    assert "fleettool node gpu-17 rma --bundle FILE" in p.stdout
+    calls = _calls(bin_dir)
+    assert not any("state=resume" in c for c in calls)  # never put back
+    assert not any(c.startswith("fleettool burnin") for c in calls)  # a lost GPU is no proof
+    ep, log = _episode(db)
+    assert ep["state"] == "failed" and ep["rung"] == "rma" and ep["ended"] is not None
+    assert [r["name"] for r in log if r["kind"] == "rung"] == ["reboot", "power-cycle", "rma"]
+    with Store(db, read_only=True) as s:
+        state = node_state(s, NODE)
+        assert state is not None and state.state == "rma"
