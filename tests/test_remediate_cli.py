@@ -179,7 +179,10 @@ def test_a_refused_reset_climbs_to_a_reboot(tmp_path: Path) -> None:
     assert reboot > i_reset and calls[reboot - 1] == "cat /proc/sys/kernel/random/boot_id @gpu-17"
     assert calls[reboot + 1] == "cat /proc/sys/kernel/random/boot_id @gpu-17"
     assert [c for c in calls if "state=resume" in c] == [calls[-1]]
-    assert len([c for c in calls if "state=drain" in c]) == 1  # drained once, for both rungs
+    # drained before the reset (once, for both rungs) and again as the node is back: Slurm's nextstate=RESUME
+    # resumes it at boot, before any proof
+    drains = [i for i, c in enumerate(calls) if "state=drain" in c]
+    assert len(drains) == 2 and drains[0] == 0 and drains[1] == reboot + 2
     ep, log = _episode(db)
     assert ep["state"] == "proven" and ep["rung"] == "reboot"
     assert _kinds(log, "rung") == [("reset", None), ("reboot", None)]

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fleettool.remediate import plan as plans
 from fleettool.remediate import reset
 from fleettool.remediate.ladder import Choice
-from fleettool.remediate.model import Plan, Proof, Rung, Step, next_rung
+from fleettool.remediate.model import Plan, Proof, Rung, Step, Via, next_rung
 from fleettool.remediate.runner import NodeRunner, RunResult
 from fleettool.store import Store
 from fleettool.store.remediations import (
@@ -208,6 +208,14 @@ class Episode:
                     False,
                     f"{p.node} did not come back within {self.opts.boot_timeout_s:g} s (--boot-timeout)",
                 )
+            if rung is Rung.REBOOT and p.via is Via.SLURM:
+                # `scontrol reboot ... nextstate=RESUME` resumes the node when slurmd registers after the boot:
+                # drained again at once, so no job lands on it before the proof passes
+                for s in p.steps:
+                    if s.undo is not None:
+                        r = self.run_step(rung, replace(s, name=s.name + " again (nextstate=RESUME at boot)"))
+                        if r.rc not in s.ok_rc:
+                            return False, f"{s.name} after the boot failed (exit {r.rc}): {r.excerpt()[:300]}"
             if gpu is not None:
                 listed, r = reset.gpu_listed(self.runner, gpu, self.choice.uuid)
                 self.step_result(rung, f"GPU {gpu} listed after the {rung}", r, listed)

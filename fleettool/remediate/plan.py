@@ -63,7 +63,7 @@ def take_out_steps(
 
         return (drain_step(node, reason),)
     if via is Via.K8S:
-        from fleettool.remediate import k8s
+        import fleettool.remediate.k8s as k8s
 
         if rung is Rung.RESET and gpu is not None:
             dra = opts.dra if opts.dra is not None else k8s.has_dra(runner)
@@ -84,7 +84,7 @@ def action_steps(
 
             return (reboot_step(node, reason),)
         if via is Via.K8S:
-            from fleettool.remediate import k8s
+            import fleettool.remediate.k8s as k8s
 
             return tuple(k8s.reboot_steps(node, reason, image=opts.k8s_image, namespace=runner.namespace))
         # ssh drops the connection as the node goes down: 255 is ssh's own exit then
