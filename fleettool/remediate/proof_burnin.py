@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from fleettool.burnin.report import BurninReport, NotAReport, from_dict, save
 from fleettool.remediate.model import ProofPart
+from fleettool.remediate.proof_context import node_gpus
 
 if TYPE_CHECKING:
-    from fleettool.remediate.proof import ProofContext
+    from fleettool.remediate.proof_context import ProofContext
 
 BURNIN_TIMEOUT_S = 2 * 3600.0 + 300.0  # the burn-in's own --timeout default (2h) and a margin to start
 
@@ -22,8 +23,6 @@ BURNIN_TIMEOUT_S = 2 * 3600.0 + 300.0  # the burn-in's own --timeout default (2h
 def burnin_gpus(ctx: ProofContext) -> list[int]:
     """The GPUs stressed: the one reset; every GPU the store knows of the node when the whole node was out (the
     all-reduce spans them), the reset one among them."""
-    from fleettool.remediate.proof import node_gpus
-
     known = [g for g, _ in node_gpus(ctx.store, ctx.node)]
     if ctx.gpu is not None and not ctx.whole_node:
         return [ctx.gpu]

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any
 from fleettool.formats.nvidia_smi import parse_text
 from fleettool.model import normalize_pci_bus_id
 from fleettool.remediate.model import ProofPart
+from fleettool.remediate.proof_context import node_gpus
 from fleettool.remediate.runner import RunResult
 
 if TYPE_CHECKING:
     from fleettool.burnin.report import BurninReport
-    from fleettool.remediate.proof import ProofContext
+    from fleettool.remediate.proof_context import ProofContext
 
 # what nvidia-smi prints when it cannot reach a GPU (fixtures/remediate/proof/SOURCES.md cites real pastes)
 LOST = ("No devices were found", "Unable to determine the device handle", "GPU is lost")
@@ -37,8 +38,6 @@ def _lost_line(r: RunResult) -> str | None:
 
 def recovery_action_part(ctx: ProofContext) -> ProofPart:
     """The GPU (every GPU the store knows of the node, for gpu None) is listed and its recovery action is None."""
-    from fleettool.remediate.proof import node_gpus
-
     argv = ["nvidia-smi", "-q"] + ([] if ctx.gpu is None else ["-i", str(ctx.gpu)])
     r = ctx.runner.on_node(argv, timeout_s=SMI_TIMEOUT_S)
     figs: dict[str, Any] = {"argv": argv, "rc": r.rc}
@@ -148,8 +147,6 @@ def _loopback(
 
 
 def nvlink_part(ctx: ProofContext, report: BurninReport | None) -> ProofPart:
-    from fleettool.remediate.proof import node_gpus
-
     argv = ["nvidia-smi", "nvlink", "-s"] + ([] if ctx.gpu is None else ["-i", str(ctx.gpu)])
     r = ctx.runner.on_node(argv, timeout_s=SMI_TIMEOUT_S)
     figs: dict[str, Any] = {"argv": argv, "rc": r.rc}

@@ -14,10 +14,11 @@ from fleettool.burnin.dispatch import ToolMissing
 from fleettool.formats.kmsg import KernelLogParser
 from fleettool.model import normalize_pci_bus_id
 from fleettool.remediate.model import ProofPart
+from fleettool.remediate.proof_context import node_gpus
 from fleettool.store.values import db_time, epoch
 
 if TYPE_CHECKING:
-    from fleettool.remediate.proof import ProofContext
+    from fleettool.remediate.proof_context import ProofContext
 
 POLL_S = 30.0
 READ_TIMEOUT_S = 120.0
@@ -50,8 +51,6 @@ def read_kernel_log(ctx: ProofContext) -> tuple[str, list[str], str]:
 def _gpu_pcis(ctx: ProofContext) -> dict[str, int] | None:
     """normalised PCI id -> GPU index of the GPUs the window watches; None: every XID of the node counts (the
     store knows no PCI id for the GPU)."""
-    from fleettool.remediate.proof import node_gpus
-
     known = {normalize_pci_bus_id(p): g for g, p in node_gpus(ctx.store, ctx.node) if p}
     if ctx.gpu is None:
         return known or None
