@@ -20,6 +20,7 @@ import pytest
 from fleettool.agent.node_condition import ApiServer, NodeCondition, api_server, from_option, wanted
 from fleettool.store import Store
 from tests.conftest import run_cli
+from tests.test_deploy import AGENT_API_CALLS
 
 NODE = "gpu-17"
 XID79 = {"rule": "GpuFellOffBus", "severity": "critical", "category": "hardware", "action": "reboot-node", "gpu": 3, "alert_id": "al-1", "incident_id": "inc-9"}  # fmt: skip
@@ -195,6 +196,8 @@ def test_patches_on_change_and_a_heartbeat_a_minute(api: ApiStandIn, pki: dict[s
     c = api.patches()[-1]
     assert c["status"] == "False" and c["lastTransitionTime"] == down_at and c["lastHeartbeatTime"] != down_at
     assert len(api.patches()) == 3 and [r[0] for r in api.requests].count("GET") == 1
+    # only the calls the agent's ClusterRole grants (deploy/kubernetes/rbac.yaml, tests/test_deploy.py)
+    assert {(m, p) for m, p, _, _ in api.requests} == {(m, p.format(node=NODE)) for m, p in AGENT_API_CALLS}
     # a restarted agent reads the condition back and keeps its transition time
     nc2 = _nc(api, pki, alerts, mono)
     mono.t += 1
@@ -308,11 +311,31 @@ def test_the_agent_sets_the_condition_from_its_firing_alerts(
 
 
 def test_node_condition_options(tmp_path: Path, api: ApiStandIn, pki: dict[str, Path]) -> None:
-    r = run_cli("agent", "--db", str(tmp_path / "o.duckdb"), "--source", "fake", "--duration", "1s", "--node-condition",
-                env={"KUBERNETES_SERVICE_HOST": "", "FLEETTOOL_K8S_TOKEN_FILE": str(tmp_path / "none")}, timeout=60)  # fmt: skip
-    assert r.returncode == 2, r.stderr
-    (line,) = r.stderr.strip().splitlines()
-    assert "no Kubernetes API" in line and "--node-condition" in line
+    # asked for where there is no API server: one warning line, an agent event, and the agent collects on (a
+    # DaemonSet whose token is not mounted must not crash-loop the collection)
+    db = tmp_path / "o.duckdb"
+    env = {"KUBERNETES_SERVICE_HOST": "", "FLEETTOOL_K8S_TOKEN_FILE": str(tmp_path / "none")}
+    r = run_cli(
+        "agent",
+        "--db",
+        str(db),
+        "--source",
+        "fake",
+        "--duration",
+        "1s",
+        "--node-condition",
+        env=env,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if "no Kubernetes API" in x]
+    assert line.endswith("--node-condition is off") and str(tmp_path / "none") in line
+    with Store(db, read_only=True) as s:
+        assert (
+            s.scalar("SELECT count(*) FROM events WHERE kind = 'agent' AND message LIKE 'no Kubernetes API%'")
+            == 1
+        )
+    # --no-node-condition in a cluster: nothing asked of the API server
     r = _agent(tmp_path, api, pki, "--no-node-condition", duration="1s")
     assert r.returncode == 0, r.stderr
     assert api.requests == []

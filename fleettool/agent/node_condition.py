@@ -239,8 +239,8 @@ class NodeCondition:
 
 
 def from_option(flag: bool | None, node: str, alerts: Callable[[], Alerts]) -> NodeCondition | None:
-    """--node-condition (True: required, ValueError outside a cluster) / --no-node-condition (False) / neither
-    (None: on where the pod has an API server and a token)."""
+    """--node-condition (True: ValueError, the reason, where no API server or token is found; the agent says
+    so and collects on) / --no-node-condition (False) / neither (None: on where the pod has both)."""
     if flag is False:
         return None
     api = api_server()
@@ -248,7 +248,7 @@ def from_option(flag: bool | None, node: str, alerts: Callable[[], Alerts]) -> N
         if flag:
             raise ValueError(
                 "no Kubernetes API: KUBERNETES_SERVICE_HOST unset or no service-account token at "
-                f"{os.environ.get('FLEETTOOL_K8S_TOKEN_FILE', str(SA_DIR / 'token'))} (--node-condition)"
+                f"{os.environ.get('FLEETTOOL_K8S_TOKEN_FILE', str(SA_DIR / 'token'))}: --node-condition is off"
             )
         return None
     return NodeCondition(node, api, alerts)

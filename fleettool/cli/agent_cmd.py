@@ -242,7 +242,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--node-condition/--no-node-condition",
                 help="set this node's GpuHealthy condition through the Kubernetes API (default: on in a pod "
-                "with a service-account token, off elsewhere)",
+                "with a service-account token, off elsewhere; asked for without one: a warning, never fatal)",
             ),
         ] = None,
         fake_fabric: Annotated[
@@ -312,8 +312,9 @@ def register(app: typer.Typer) -> None:
 
         try:  # its own thread, started with the loop: a hung API server never holds up collection
             ag.node_condition = from_option(node_condition, name, lambda: list(ag.open_alerts))
-        except ValueError as e:
-            raise die(str(e), ExitCode.USAGE) from None
+        except ValueError as e:  # asked for where no API is reachable: collection goes on, and says why not
+            ag.log(str(e))
+            ag._event(ag.clock(), str(e), "node-condition")
         web = _web_config(web_config_file)
         # before the port answers: a probe that passes means SIGTERM flushes and stops (a SIGTERM in the moment
         # between the port's first answer and the loop's start killed the agent unflushed, status -15)
