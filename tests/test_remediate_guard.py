@@ -183,3 +183,19 @@ def test_a_nodes_own_fault_is_allowed_and_a_node_without_alerts_is_not_refused(t
     assert (inc["scope"], inc["root_node"], inc["action"]) == ("gpu", "gpu-09", "reset-gpu")
     assert storm_refusal(store, "gpu-09") is None
     assert storm_refusal(store, "gpu-77") is None
+
+
+def test_a_leaf_incident_without_a_root_refuses_its_nodes_and_a_lone_port_is_its_nodes_own(
+    tmp_path: Path,
+) -> None:
+    from tests.test_fabric_incidents import incidents, leaf_fault
+
+    db = tmp_path / "leaf.duckdb"
+    got = incidents(leaf_fault(tmp_path), db)
+    (leaf,) = [i for i in got if i["scope"] == "leaf"]
+    with Store(db, read_only=True) as st:
+        ref = storm_refusal(st, "gpu-303")
+        assert ref is not None
+        assert f"incident {leaf['id']} (leaf/leaf3, " in ref.reason
+        assert "a leaf leaf3 incident with no root: its cause is outside gpu-303" in ref.reason, ref.reason
+        assert storm_refusal(st, "gpu-101") is None  # its lone port: its own incident, inspect-hardware

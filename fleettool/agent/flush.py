@@ -11,6 +11,7 @@ within a second of the kernel line.
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -21,6 +22,7 @@ from fleettool.model import Event, EventKind
 from fleettool.store import Store, StoreDamaged, StoreError
 from fleettool.store.connection import is_damage, is_out_of_memory
 from fleettool.store.incidents import incident_counts
+from fleettool.store.remediations import open_remediations
 
 if TYPE_CHECKING:
     from fleettool.agent.topology import TopologyRefresh
@@ -37,6 +39,7 @@ class Agent(Protocol):
     scheduler: RuleScheduler | None
     open_alerts: list[dict[str, object]]
     incidents: dict[tuple[str, str, str], int]
+    remediations: dict[tuple[str, str], int]
     latest: dict[tuple[str, int | None, str | None, str], float]
     clock: Callable[[], float]
     _last_export: float
@@ -178,6 +181,10 @@ def _after_write(
         except Exception as e:  # a broken rule must not stop collection; it makes the agent not ready
             failed = f"rule evaluation failed: {_first_line(e)}"
             ag.log(failed)
+    try:  # the open remediations (`fleettool remediate` writes them), for /metrics, rules or not
+        ag.remediations = dict(Counter((r["node"], r["rung"]) for r in open_remediations(store)))
+    except Exception as e:  # /metrics keeps the last count
+        ag.log(f"reading the open remediations failed: {_first_line(e)}")
     if cfg.export_to and due(now, ag._last_export, cfg.export_every_s):
         ag._last_export = now
         try:

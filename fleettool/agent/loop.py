@@ -74,8 +74,8 @@ class Agent:
         self.sink = sink
         self.scheduler = scheduler  # the rules, evaluated over the store after a flush when due
         self.open_alerts: list[dict[str, object]] = []  # firing alerts of this node, for /metrics
-        # the store's incidents by (scope, severity, state), for /metrics
-        self.incidents: dict[tuple[str, str, str], int] = {}
+        self.incidents: dict[tuple[str, str, str], int] = {}  # the store's by (scope, severity, state)
+        self.remediations: dict[tuple[str, str], int] = {}  # the store's open episodes by (node, rung)
         self.clock = clock
         self.mono = mono
         # the wall clock as monotonic time says it should read: retention never runs ahead of it, so a clock

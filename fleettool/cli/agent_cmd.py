@@ -334,6 +334,7 @@ def register(app: typer.Typer) -> None:
                         lambda: list(ag.open_alerts),
                         lambda: dict(ag.gpus),
                         lambda: dict(ag.incidents),
+                        lambda: dict(ag.remediations),
                     ),
                     {"/healthz": lambda: liveness(ag), "/readyz": lambda: readiness(ag)},
                     web=web,

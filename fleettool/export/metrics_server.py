@@ -5,7 +5,9 @@ Series are `fleettool_<metric>` in base units; counters are exposed as counters 
 (XIDs are counted, not kept as a "last XID" gauge that never resets); open alerts are
 `fleettool_alerts{rule, severity, category, action[, gpu]}` = 1; the store's incidents (fleettool/incidents/: one
 per fault across GPUs and nodes) are counted in `fleettool_incidents{scope, severity, state}` (one series per
-combination the store holds, resolved ones included, so a rate of new incidents can be read).
+combination the store holds, resolved ones included, so a rate of new incidents can be read); the store's
+remediation episodes still running or proving are `fleettool_remediations_in_progress{node, rung}` (a series
+leaves when its episode ends).
 
 Labels are dcgm-exporter's, so a Prometheus fed by both joins them on `Hostname` and `gpu` (or `UUID`) without
 relabelling: a GPU's series carry `gpu`, `UUID`, `pci_bus_id` (as NVML and dcgm-exporter spell it,
@@ -39,6 +41,7 @@ Latest = dict[tuple[str, int | None, str | None, str], float]
 Counts = dict[tuple[str, int | None], int]
 Alerts = list[dict[str, object]]
 IncidentCounts = Mapping[tuple[str, str, str], int]  # (scope, severity, state) -> incidents
+RemediationCounts = Mapping[tuple[str, str], int]  # (node, rung) -> open remediation episodes
 Gpus = Mapping[int, GpuInfo]
 
 HOST = "Hostname"  # dcgm-exporter's node label (it has been `Hostname` in every release to 2025)
@@ -78,6 +81,7 @@ class AgentMetrics(Collector):
         alerts: Callable[[], Alerts] | None = None,
         gpus: Callable[[], Gpus] | None = None,
         incidents: Callable[[], IncidentCounts] | None = None,
+        remediations: Callable[[], RemediationCounts] | None = None,
     ) -> None:
         self.node = node
         self.latest = latest
@@ -85,6 +89,7 @@ class AgentMetrics(Collector):
         self.alerts = alerts
         self.gpus = gpus or dict
         self.incidents = incidents
+        self.remediations = remediations
 
     def _labels(self, gpu: int | None, uuid: str | None, inv: Gpus) -> dict[str, str]:
         if gpu is not None:
@@ -139,6 +144,19 @@ class AgentMetrics(Collector):
             yield al
         if self.incidents is not None:
             yield self._incidents(self.incidents())
+        if self.remediations is not None:
+            yield self._remediations(self.remediations())
+
+    def _remediations(self, counts: RemediationCounts) -> Metric:
+        rem = GaugeMetricFamily(
+            "fleettool_remediations_in_progress",
+            "Remediation episodes in the store still running or proving, by node and the rung now tried",
+        )
+        for (node, rung), n in sorted(counts.items()):
+            rem.add_sample(
+                "fleettool_remediations_in_progress", {HOST: self.node, "node": node, "rung": rung}, n
+            )
+        return rem
 
     def _incidents(self, counts: IncidentCounts) -> Metric:
         inc = GaugeMetricFamily(
