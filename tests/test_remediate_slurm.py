@@ -4,7 +4,6 @@ script that records it was called (and reboots nothing). The reason and parsing 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ from fleettool.remediate.slurm import (
     SlurmNode,
     drain_reason,
     drain_step,
+    may_resume,
     node_slurm_state,
     parse_show_node,
     reboot_step,
@@ -123,6 +123,12 @@ def test_drain_shows_the_reason_and_resume_brings_it_back(slurm: dict[str, str],
     n = slurm_node(runner, host)
     assert "DRAIN" in n.flags and n.reason == reason, n
     assert node_slurm_state(runner, host) == n.state == "IDLE+DRAIN"
+    assert may_resume(n, reason)
+    # someone drains it for another reason meanwhile: that drain is theirs, resume would lift it
+    other = "[node_problem] disk full"
+    assert runner.here(drain_step(host, other).argv).rc == 0
+    n = slurm_node(runner, host)
+    assert n.reason == other and not may_resume(n, reason)
     assert step.undo is not None
     r = runner.here(step.undo.argv, timeout_s=step.undo.timeout_s)
     assert r.rc == 0, r.excerpt()
@@ -137,7 +143,8 @@ def test_reboot_asap_runs_the_reboot_program_and_times_out_without_a_boot(
     host = slurm["host"]
     calls = Path(slurm["calls"])
     assert not calls.exists()
-    step = reboot_step(host, drain_reason("GPU lost after reset", 3, "inc-7"))
+    reason = drain_reason("GPU lost after reset", 3, "inc-7")
+    step = reboot_step(host, reason)
     r = runner.here(step.argv, timeout_s=step.timeout_s)
     assert r.rc == 0, r.excerpt()
     # slurmctld marks it for reboot (no job holds it, so ASAP is at once) and slurmd runs RebootProgram
@@ -148,7 +155,7 @@ def test_reboot_asap_runs_the_reboot_program_and_times_out_without_a_boot(
         time.sleep(0.3)
     assert calls.exists(), f"RebootProgram never ran\n{logs(Path(slurm['dir']))}"
     n = _wait(runner, host, lambda n: n.reboot == "issued", 10, slurm["dir"])
-    assert n.base == "DOWN" and n.reason.endswith(": reboot issued")
+    assert n.base == "DOWN" and n.reason.endswith(": reboot issued") and may_resume(n, reason)
     # nothing rebooted, so slurmd never registers with a newer boot time: past ResumeTimeout the node is DOWN
     # ("reboot timed out"), never back on its own; what remediation's wait must read as a failed reboot
     n = _wait(runner, host, lambda n: n.reboot == "timed out", 90, slurm["dir"])
@@ -162,4 +169,3 @@ def test_reboot_asap_runs_the_reboot_program_and_times_out_without_a_boot(
 def test_an_unknown_node_is_a_clear_error(slurm: dict[str, str], runner: NodeRunner) -> None:
     with pytest.raises(SlurmError, match="no-such-node"):
         slurm_node(runner, "no-such-node")
-    assert os.environ["SLURM_CONF"] == slurm["SLURM_CONF"]

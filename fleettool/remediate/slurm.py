@@ -127,6 +127,16 @@ class SlurmNode:
         return ""
 
 
+def may_resume(node: SlurmNode, reason: str) -> bool:
+    """Whether resuming puts back only what this remediation took out: the node is not drained, or its reason is
+    still the one we set (slurmctld may append ' : reboot issued' and the like). A drain someone else set since
+    (another reason) is theirs to lift: Soperator's rule too (undrain only when the current reason starts with
+    the check's own)."""
+    if "DRAIN" not in node.flags:
+        return True
+    return node.reason.startswith(_one_line(reason))
+
+
 class SlurmError(RuntimeError):
     pass
 
