@@ -307,3 +307,16 @@ def test_a_gpu_lost_after_the_power_cycle_goes_to_rma_and_stays_out(tmp_path: Pa
     with Store(db, read_only=True) as s:
         state = node_state(s, NODE)
         assert state is not None and state.state == "rma"
+
+
+def test_a_drain_someone_else_set_since_is_not_lifted(tmp_path: Path) -> None:
+    db = tmp_path / "f.duckdb"
+    _store(db, _alert("GpuDoubleBitError", "reset-gpu", "ecc"), recovery=1)
+    p, bin_dir = _remediate(tmp_path, "reset-proven-drained-by-another", "--via", "slurm", "--yes", *FAST)
+    assert p.returncode == 1, p.stderr
+    calls = _calls(bin_dir)
+    assert calls[-1] == "scontrol show node -o gpu-17" and not any("state=resume" in c for c in calls)
+    ep, log = _episode(db)
+    assert ep["state"] == "proven" and "putting it back failed" in ep["outcome"]
+    (ret,) = [r for r in log if r["kind"] == "return"]
+    assert ret["ok"] is False and "DIMM B2 swap" in ret["detail"] and "lifts that drain" in ret["detail"]

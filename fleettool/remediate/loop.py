@@ -100,7 +100,7 @@ class Episode:
         self.store, self.runner, self.choice, self.opts = store, runner, choice, opts
         self.clock, self.sleep = clock, sleep
         self.rid = ""
-        self.undo: list[Step] = []
+        self.undo: list[tuple[Step, Step]] = []  # (the step that took something out, its undo)
         self.ran: set[tuple[str, ...]] = set()
         self.took_node_out = False
 
@@ -191,7 +191,7 @@ class Episode:
                 return False, f"{s.name} failed (exit {r.rc}): {' '.join(r.excerpt().split())[:300]}"
             self.ran.add(s.argv)
             if s.undo is not None:
-                self.undo.append(s.undo)
+                self.undo.append((s, s.undo))
         if rung is Rung.RESET:
             assert gpu is not None
             out = reset.run_reset(
@@ -237,9 +237,33 @@ class Episode:
             self.log("proof", part.name, rung, part.ok, part.detail, **part.figures)
         return proof
 
+    def drained_by_another(self, taker: Step, undo: Step) -> str | None:
+        """Before a Slurm resume: why not, when the node is drained now for a reason that is not ours (someone
+        drained it since: theirs to lift, Soperator's rule), or its state cannot be read."""
+        if self.runner.via is not Via.SLURM or "state=resume" not in undo.argv:
+            return None
+        from fleettool.remediate.slurm import SlurmError, may_resume, slurm_node
+
+        ours = next((a.split("=", 1)[1] for a in taker.argv if a.startswith("reason=")), "")
+        try:
+            now = slurm_node(self.runner, self.runner.node)
+        except SlurmError as e:
+            return f"not resumed: {e}"
+        if may_resume(now, ours):
+            return None
+        return (
+            f"not resumed: {self.runner.node} is {now.state} with another reason now ({now.reason!r}, not ours: "
+            f"{ours!r}): whoever drained it lifts that drain"
+        )
+
     def put_back(self, rung: Rung) -> bool:
         ok = True
-        for u in reversed(self.undo):
+        for taker, u in reversed(self.undo):
+            theirs = self.drained_by_another(taker, u)
+            if theirs:
+                self.log("return", u.name, rung, False, theirs)
+                ok = False
+                continue
             how = self.runner.here if u.where == "here" else self.runner.on_node
             r = how(u.argv, timeout_s=u.timeout_s, stdin=u.stdin)
             good = r.rc in u.ok_rc
