@@ -4,6 +4,8 @@ script that records it was called (and reboots nothing). The reason and parsing 
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -169,3 +171,36 @@ def test_reboot_asap_runs_the_reboot_program_and_times_out_without_a_boot(
 def test_an_unknown_node_is_a_clear_error(slurm: dict[str, str], runner: NodeRunner) -> None:
     with pytest.raises(SlurmError, match="no-such-node"):
         slurm_node(runner, "no-such-node")
+
+
+@SKIP
+def test_reboot_asap_waits_for_the_running_job(slurm: dict[str, str], runner: NodeRunner) -> None:
+    host = slurm["host"]
+    calls = Path(slurm["calls"])
+    before = calls.read_text().count("\n") if calls.exists() else 0
+    job = subprocess.Popen(
+        ["srun", "-w", host, "-t", "1", "sleep", "6"],
+        env={**os.environ, "SLURM_CONF": slurm["SLURM_CONF"]},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait(runner, host, lambda n: n.base in ("ALLOCATED", "MIXED"), 20, slurm["dir"])
+        reason = drain_reason("XID 79", 3, "inc-8")
+        assert runner.here(reboot_step(host, reason).argv).rc == 0
+        n = slurm_node(runner, host)
+        # ASAP: drained at once (no new job), the reboot waits for the job; RebootProgram has not run
+        assert n.reboot == "requested" and "DRAIN" in n.flags and n.base in ("ALLOCATED", "MIXED"), n
+        assert (calls.read_text().count("\n") if calls.exists() else 0) == before
+        assert job.poll() is None
+        _, err = job.communicate(timeout=30)
+        assert job.returncode == 0, err  # the job ran to its end, never killed for the reboot
+    finally:
+        if job.poll() is None:
+            job.kill()
+    n = _wait(runner, host, lambda n: n.reboot == "issued", 20, slurm["dir"])
+    assert calls.read_text().count("\n") == before + 1 and "incident inc-8" in n.reason
+    _wait(runner, host, lambda n: n.reboot == "timed out", 90, slurm["dir"])
+    assert runner.here(resume_step(host).argv).rc == 0
+    _wait(runner, host, lambda n: n.reboot == "back", 30, slurm["dir"])

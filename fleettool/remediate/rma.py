@@ -74,30 +74,22 @@ def _gpu_where(gpu: int | None, params: list[Any]) -> str:
 
 
 def node_gpus(store: Store, node: str, gpu: int | None = None) -> list[dict[str, Any]]:
-    """The node's GPUs from the gpus table, newest sighting of each index: UUID, PCI bus id, model, driver and
-    the board serial (a row that has none takes it from another row of the same UUID or PCI bus id: the kernel
-    log's `NVRM: GPU Board Serial Number` lines carry it where dcgm-exporter does not)."""
+    """The node's GPUs from the gpus table, the newest sighting of each index: UUID, PCI bus id, model, driver and
+    board serial (ingest merges the kernel log's `NVRM: GPU Board Serial Number` into the GPU's row, where
+    dcgm-exporter has none)."""
     rows = store.query(
         "SELECT gpu, uuid, pci_bus_id, model, driver, serial, last_seen FROM gpus WHERE node = ? "
         "ORDER BY last_seen DESC NULLS LAST",
         [node],
     )
-    serial_of: dict[str, str] = {}
-    for r in rows:
-        for key in (r["uuid"], (r["pci_bus_id"] or "").upper()):
-            if key and r["serial"] and key not in serial_of:
-                serial_of[key] = r["serial"]
     out: dict[int, dict[str, Any]] = {}
     for r in rows:
         if r["gpu"] is None or int(r["gpu"]) in out or (gpu is not None and int(r["gpu"]) != gpu):
             continue
-        serial = (
-            r["serial"] or serial_of.get(r["uuid"] or "") or serial_of.get((r["pci_bus_id"] or "").upper())
-        )
         out[int(r["gpu"])] = {
             "gpu": int(r["gpu"]),
             "uuid": r["uuid"],
-            "serial": serial,
+            "serial": r["serial"],
             "pci_bus_id": r["pci_bus_id"],
             "model": r["model"],
             "driver": r["driver"],
