@@ -28,6 +28,7 @@ from fleettool.ingest.report import FAILED, IGNORED, PARTIAL, READ, SKIPPED, Fil
 from fleettool.recording.times import file_time
 from fleettool.store import Store
 from fleettool.store.alerts import list_alerts
+from fleettool.store.incidents import incident_of_alerts
 
 # what replay lists of each alert (text and --json)
 REPLAY_ALERT_FIELDS = (
@@ -44,7 +45,7 @@ REPLAY_ALERT_FIELDS = (
     "runbook",
 )
 # what the agent keeps of its node's firing alerts, for /metrics
-AGENT_ALERT_FIELDS = ("rule", "severity", "category", "action", "gpu")
+AGENT_ALERT_FIELDS = ("rule", "severity", "category", "action", "gpu", "alert_id")
 
 
 @contextlib.contextmanager
@@ -114,9 +115,14 @@ class Pipeline:
             return self.scheduler.run(self.store, now, urgent=urgent, final=final)
 
     def firing_alerts(self, node: str) -> list[dict[str, Any]]:
-        """The node's firing alerts (AGENT_ALERT_FIELDS), in triage order."""
+        """The node's firing alerts (AGENT_ALERT_FIELDS and the incident_id each is a member of, or None), in
+        triage order."""
         rows = list_alerts(self.store, state="firing", node=node)
-        return [{k: r[k] for k in AGENT_ALERT_FIELDS} for r in rows]
+        inc = incident_of_alerts(self.store) if rows else {}
+        return [
+            {**{k: r[k] for k in AGENT_ALERT_FIELDS}, "incident_id": inc.get(r["alert_id"], (None,))[0]}
+            for r in rows
+        ]
 
 
 @dataclass

@@ -161,7 +161,8 @@ def validate(objs: list[dict[str, Any]]) -> int:
     version = kv.utils.latest_version()
     n = 0
     for d in objs:
-        name = f"{d['kind']}/{d['metadata']['name']}"
+        meta = d["metadata"]
+        name = f"{d['kind']}/{meta.get('name') or meta.get('generateName')}"  # kubectl create: generateName
         if d["apiVersion"] == "monitoring.coreos.com/v1":
             errors = sorted(_crd_validator(d["kind"]).iter_errors(d), key=str)
             assert not errors, f"{name}: " + "; ".join(

@@ -70,10 +70,14 @@ def test_kustomize_renders_and_every_object_validates() -> None:
     assert kinds == sorted(
         ["Namespace", "ServiceAccount", "ConfigMap", "Service", "Service", "Service", "DaemonSet"]
         + ["DaemonSet", "ServiceMonitor", "ServiceMonitor", "NetworkPolicy"]
+        + ["ClusterRole", "ClusterRoleBinding"]  # the agent's node condition (rbac.yaml)
+        + ["ClusterRole", "Role"]  # the remediator's, bound to nobody (remediator.yaml)
     )
     for d in objs:
-        if d["kind"] != "Namespace":
+        if d["kind"] not in CLUSTER_SCOPED:
             assert d["metadata"]["namespace"] == "fleettool", d["metadata"]["name"]
+        else:
+            assert "namespace" not in d["metadata"], d["metadata"]["name"]
     assert validate(objs) == len(objs)
     # the burn-in's namespace and RBAC, without and with the cordon component
     burnin, cordon = kustomize("burnin"), kustomize("burnin-cordon")
@@ -85,6 +89,9 @@ def test_kustomize_renders_and_every_object_validates() -> None:
     agent = one(objs, "DaemonSet", "fleettool-agent")
     (c,) = containers(agent)
     assert c["image"] == "ghcr.io/fleettool/fleettool:0.1.0"
+
+
+CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding")
 
 
 def test_the_offline_checks_can_fail() -> None:
@@ -220,7 +227,10 @@ def test_least_privilege() -> None:
     (c,) = containers(by_name["fleettool-agent"])
     assert c["securityContext"] == {"privileged": True, "runAsUser": 0, "readOnlyRootFilesystem": True}
     pod = by_name["fleettool-agent"]["spec"]["template"]["spec"]
-    assert pod["automountServiceAccountToken"] is False
+    # a token for --node-condition alone (get nodes, patch nodes/status: test_the_agents_role_is_...)
+    assert pod["automountServiceAccountToken"] is True and "--node-condition" in c["args"]
+    (sa,) = [d for _, d in docs() if d["kind"] == "ServiceAccount"]
+    assert sa["automountServiceAccountToken"] is False  # nothing else naming it gets one
     assert not {"hostNetwork", "hostPID", "hostIPC"} & set(pod)
     paths = {v["hostPath"]["path"]: v["hostPath"]["type"] for v in pod["volumes"] if "hostPath" in v}
     assert paths == {
@@ -295,13 +305,16 @@ KUBECTL_CALLS = {
 
 
 def kubectl_commands(path: Any) -> set[str]:
-    """The kubectl subcommands a module runs: string constants in list displays that start with `kubectl`."""
+    """The kubectl subcommands a module runs: string constants in list or tuple displays that start with
+    `kubectl` (a name, an attribute such as runner.kubectl, or the string)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.List) and node.elts:
+        if isinstance(node, (ast.List, ast.Tuple)) and node.elts:
             first = node.elts[0]
-            if (isinstance(first, ast.Name) and first.id == "kubectl") or (
-                isinstance(first, ast.Constant) and first.value == "kubectl"
+            if (
+                (isinstance(first, ast.Name) and first.id == "kubectl")
+                or (isinstance(first, ast.Attribute) and first.attr == "kubectl")  # runner.kubectl
+                or (isinstance(first, ast.Constant) and first.value == "kubectl")
             ):
                 for sub in ast.walk(node):
                     if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value.isalpha():
@@ -331,10 +344,12 @@ def test_burnin_rbac_is_exactly_what_its_kubectl_calls_need() -> None:
     assert used == set(KUBECTL_CALLS), (
         f"dispatch.py runs kubectl {sorted(used)}: update KUBECTL_CALLS and deploy/kubernetes/burnin"
     )
-    # the agent's base grants nothing: no Role, no binding, no token
-    assert not [
-        d for d in kustomize() if d["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
-    ]
+    # the agent's base grants the burn-in nothing: its roles are the agent's and the remediator's only
+    assert {
+        d["metadata"]["name"]
+        for d in kustomize()
+        if d["kind"] in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+    } == {"fleettool-agent-node-condition", "fleettool-remediator"}
     # with the cordon component: exactly what the kubectl calls need
     with_cordon = kustomize("burnin-cordon")
     need = set().union(*KUBECTL_CALLS.values())
@@ -354,6 +369,89 @@ def test_burnin_rbac_is_exactly_what_its_kubectl_calls_need() -> None:
     burnin = kustomize("burnin")
     assert not [d for d in burnin if d["kind"].startswith("Cluster")]
     assert _grants(burnin) == need - KUBECTL_CALLS["cordon"] - KUBECTL_CALLS["uncordon"]
+
+
+# The agent's own API calls (fleettool/agent/node_condition.py; tests/test_node_condition.py holds it to them):
+# (method, path) -> (API group, resource, verb).
+AGENT_API_CALLS = {
+    ("GET", "/api/v1/nodes/{node}"): ("", "nodes", "get"),  # the condition held, read once at start
+    ("PATCH", "/api/v1/nodes/{node}/status"): ("", "nodes/status", "patch"),  # GpuHealthy
+}
+
+
+def test_the_agents_role_is_get_nodes_and_patch_nodes_status_only() -> None:
+    objs = kustomize()
+    role = one(objs, "ClusterRole", "fleettool-agent-node-condition")
+    assert (
+        _grants([role])
+        == set(AGENT_API_CALLS.values())
+        == {("", "nodes", "get"), ("", "nodes/status", "patch")}
+    )
+    binding = one(objs, "ClusterRoleBinding", "fleettool-agent-node-condition")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "fleettool-agent-node-condition",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "fleettool-agent", "namespace": "fleettool"}
+    ]
+    # the check sees one verb more, or the node itself patched
+    for rule, verb in ((0, "list"), (0, "patch"), (1, "update")):
+        wider = copy.deepcopy(role)
+        wider["rules"][rule]["verbs"].append(verb)
+        assert _grants([wider]) != set(AGENT_API_CALLS.values()), verb
+
+
+# The API calls of each kubectl command `fleettool remediate --via k8s` runs (fleettool/remediate/k8s.py, and
+# runner.py for the node's commands), as (API group, resource, verb). `apply -f -` of a DeviceTaintRule: GET, then
+# CREATE, or PATCH on a rerun; `taint nodes`/`cordon`/`uncordon`: GET the node, PATCH it; `patch node
+# --subresource=status`: PATCH nodes/status; `create -f -` of the reboot Job; `get pods -l`: LIST; `exec`: GET the
+# pod, CREATE pods/exec.
+REMEDIATE_CALLS = {
+    "apply": {("resource.k8s.io", "devicetaintrules", v) for v in ("get", "create", "patch")},
+    "delete": {("resource.k8s.io", "devicetaintrules", "delete")},
+    "taint": {("", "nodes", "get"), ("", "nodes", "patch")},
+    "cordon": {("", "nodes", "get"), ("", "nodes", "patch")},
+    "uncordon": {("", "nodes", "get"), ("", "nodes", "patch")},
+    "patch": {("", "nodes/status", "patch")},
+    "create": {("batch", "jobs", "create")},
+    "get": {("", "pods", "list")},
+    "exec": {("", "pods", "get"), ("", "pods/exec", "create")},
+}
+IN_AGENT_NAMESPACE = {"pods", "pods/exec", "jobs"}  # the rest is cluster-scoped
+
+
+def test_the_remediator_rbac_is_exactly_what_its_kubectl_calls_need_and_bound_to_nobody() -> None:
+    used: set[str] = set()
+    for module in ("k8s.py", "runner.py"):
+        used |= kubectl_commands(ROOT / "fleettool" / "remediate" / module)
+    used &= set(REMEDIATE_CALLS) | {
+        "label",
+        "annotate",
+        "drain",
+        "wait",
+        "logs",
+        "scale",
+        "rollout",
+        "replace",
+    }
+    assert used == set(REMEDIATE_CALLS), (
+        f"remediate runs kubectl {sorted(used)}: update REMEDIATE_CALLS and deploy/kubernetes/remediator.yaml"
+    )
+    objs = kustomize()
+    cluster = one(objs, "ClusterRole", "fleettool-remediator")
+    local = one(objs, "Role", "fleettool-remediator")
+    need = set().union(*REMEDIATE_CALLS.values())
+    granted = _grants([cluster]) | _grants([local])
+    assert granted == need, {"missing": need - granted, "more than needed": granted - need}
+    assert local["metadata"]["namespace"] == "fleettool"  # the agent's pods, the reboot Job: there only
+    assert {res for _, res, _ in _grants([local])} == IN_AGENT_NAMESPACE
+    assert not {res for _, res, _ in _grants([cluster])} & IN_AGENT_NAMESPACE
+    # bound to nobody: whoever may create the privileged reboot Job is root on any node
+    assert not [
+        d for d in objs if d["kind"].endswith("Binding") and d["roleRef"]["name"] == "fleettool-remediator"
+    ]
 
 
 def test_burnin_jobs_go_to_a_restricted_namespace_the_job_meets() -> None:

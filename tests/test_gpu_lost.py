@@ -56,7 +56,7 @@ def as_agent(db: Path, data: list[tuple[float, Collected]]) -> list[tuple[float,
         for now, c in data:
             pipe.write(c, now)
             pipe.evaluate_due(now, urgent=bool(c.events))
-            seen.append((now, [a for a in pipe.firing_alerts("n") if a["gpu"] == 3]))
+            seen.append((now, [{k: a[k] for k in PAGE} for a in pipe.firing_alerts("n") if a["gpu"] == 3]))
     return seen
 
 

@@ -210,7 +210,12 @@ def test_the_defaults_render_what_the_kustomize_base_applies() -> None:
     # the burn-in's namespace and grants: deploy/kubernetes/burnin, and burnin-cordon with burnin.cordon
     for values, folder in (({}, "burnin"), ({"burnin": {"cordon": True}}, "burnin-cordon")):
         objs, kust = render(values, create_ns=False), kustomize(folder)
-        rules = {d["kind"]: d["rules"] for d in objs if d["kind"] in ("Role", "ClusterRole")}
+        burnin_roles = ("-burnin-jobs", "-cordon")  # the agent's and the remediator's: below
+        rules = {
+            d["kind"]: d["rules"]
+            for d in objs
+            if d["kind"] in ("Role", "ClusterRole") and d["metadata"]["name"].endswith(burnin_roles)
+        }
         assert rules == {d["kind"]: d["rules"] for d in kust if d["kind"] in ("Role", "ClusterRole")}, folder
         ns, kns = one(objs, "Namespace"), one(kust, "Namespace")
         assert ns["metadata"]["name"] == kns["metadata"]["name"] == "fleettool-burnin"
@@ -445,7 +450,14 @@ def test_burnin_jobs_run_in_a_restricted_namespace_and_cordoning_is_asked_for() 
     assert role["metadata"]["namespace"] == ns["metadata"]["name"]
     job = k8s_job("gpu-17", [], image="img")  # the CLI's default --namespace
     assert job["metadata"]["namespace"] == ns["metadata"]["name"] and violations(job, "restricted") == []
-    assert not [d for d in objs if d["kind"].startswith("Cluster")]  # nothing cluster-wide by default
+    # nothing cluster-wide for the burn-in by default (the agent's node condition and the remediator's are
+    # test_the_node_condition_and_remediator_rbac_are_the_kustomize_bases)
+    assert not [
+        d
+        for d in objs
+        if d["kind"].startswith("Cluster")
+        and not d["metadata"]["name"].endswith(("-node-condition", "-remediator"))
+    ]
     objs = render({"burnin": {"cordon": True}})
     assert one(objs, "ClusterRole", "-cordon")["rules"] == [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "patch"]}
@@ -476,3 +488,50 @@ def test_kernel_log_from_a_device_plugin_is_the_kustomize_component(tmp_path: Pa
     )
     assert c["resources"]["limits"] == {"memory": "256Mi", "example.com/kmsg": 1}
     assert "/agent/kernelLog" in helm_error({"agent": {"kernelLog": "devices"}})
+
+
+def _roles(objs: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    return {
+        (d["kind"], d["metadata"]["name"].removeprefix("fleettool-")): d["rules"]
+        for d in objs
+        if d["kind"] in ("Role", "ClusterRole")
+        and not d["metadata"]["name"].endswith(("-burnin-jobs", "-cordon"))
+    }
+
+
+def test_the_node_condition_and_remediator_rbac_are_the_kustomize_bases() -> None:
+    """agent.nodeCondition (on by default, as the base): the token in the agent's pod, --node-condition and the
+    ClusterRole of get nodes, patch nodes/status bound to the agent's ServiceAccount; remediator.rbac.create: the
+    remediator's ClusterRole and Role, bound to nobody. Off, each renders none of it."""
+    chart, base = render({}, create_ns=False), kustomize()
+    assert _roles(chart) == _roles(base)
+    assert set(_roles(chart)) == {
+        ("ClusterRole", "agent-node-condition"),
+        ("ClusterRole", "remediator"),
+        ("Role", "remediator"),
+    }
+    binding = one(chart, "ClusterRoleBinding", "-agent-node-condition")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "fleettool-agent", "namespace": "fleettool"}
+    ]
+    assert binding["roleRef"]["name"] == "fleettool-agent-node-condition"
+    assert not [d for d in chart if d["kind"].endswith("Binding") and "remediator" in d["roleRef"]["name"]]
+    assert one(chart, "Role", "-remediator")["metadata"]["namespace"] == "fleettool"
+    pod = one(chart, "DaemonSet", "-agent")["spec"]["template"]["spec"]
+    assert (
+        pod["automountServiceAccountToken"] is True and "--node-condition" in agent_container(chart)["args"]
+    )
+    off = render({"agent": {"nodeCondition": {"enabled": False}}, "remediator": {"rbac": {"create": False}}})
+    assert validate(off) == len(off)
+    assert not [
+        d
+        for d in off
+        if d["kind"] in ("Role", "ClusterRole", "ClusterRoleBinding")
+        and "burnin" not in d["metadata"]["name"]
+    ]
+    pod = one(off, "DaemonSet", "-agent")["spec"]["template"]["spec"]
+    assert (
+        pod["automountServiceAccountToken"] is False
+        and "--node-condition" not in agent_container(off)["args"]
+    )
+    assert "nodeCondition" in helm_error({"agent": {"nodeCondition": {"enabled": "yes"}}})

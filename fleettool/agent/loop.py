@@ -29,6 +29,7 @@ from fleettool.agent import memory
 from fleettool.agent.config import SAMPLE_BYTES, AgentConfig, AgentStats, Buffer
 from fleettool.agent.dedup import XidDedup
 from fleettool.agent.flush import URGENT_EVENT_KINDS, due, flush_buffer
+from fleettool.agent.node_condition import NodeCondition
 from fleettool.agent.topology import TopologyRefresh
 from fleettool.agent.watchdog import CollectorRunner
 from fleettool.collectors.base import Collected, Collector
@@ -83,9 +84,9 @@ class Agent:
         self.dedup = XidDedup()  # an XID seen by NVML's event API and by the kernel log is stored once
         self._event_wakers: list[str] = []
         self._quiet_until_tick = False
-        self._urgent = (
-            False  # an event or an instant-rule metric changed: flush and judge now, not at the timer
-        )
+        # an event or an instant-rule metric changed: flush and judge now, not at the timer
+        self._urgent = False
+        self.node_condition: NodeCondition | None = None  # GpuHealthy through the Kubernetes API (its thread)
         self._watched = scheduler.instant_metrics() if scheduler is not None else frozenset()
         self._urgent_kinds = URGENT_EVENT_KINDS | (
             scheduler.event_kinds() if scheduler is not None else frozenset()
@@ -93,13 +94,9 @@ class Agent:
         self.buf = Buffer()
         self.stats = AgentStats()
         self.latest: dict[tuple[str, int | None, str | None, str], float] = {}
-        self._gpu_seen: dict[
-            tuple[int, str | None], float
-        ] = {}  # (GPU, UUID) -> monotonic time of its last read
+        self._gpu_seen: dict[tuple[int, str | None], float] = {}  # (GPU, UUID) -> monotonic time of last read
         self.gpu_stale_s = max(GPU_STALE_S, 3.0 * cfg.interval_s)
-        self._port_seen: dict[
-            str, float
-        ] = {}  # a NIC port's or netdev's sub -> monotonic time of its last read
+        self._port_seen: dict[str, float] = {}  # a NIC port's or netdev's sub -> monotonic time of last read
         self._gpus_written: dict[tuple[str, int | None, str | None], tuple[GpuInfo, float]] = {}
         self.gpus: dict[int, GpuInfo] = {}  # this node's GPUs by index, for /metrics' identity labels
         self.event_counts: dict[tuple[str, int | None], int] = {}
@@ -291,6 +288,9 @@ class Agent:
                     ]
                 )
             )
+        if self.node_condition is not None:  # its API calls run on its own thread; their failures come here
+            for msg in self.node_condition.drain():
+                self._event(now, msg, "node-condition")
         self._drop_stale_gpus()
         self.last_tick_mono = self.mono()
 

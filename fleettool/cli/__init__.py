@@ -18,6 +18,7 @@ from fleettool.cli import (
     node_cmd,
     query_cmd,
     record_cmd,
+    remediate_cmd,
     replay_cmd,
     rules_cmd,
     store_cmd,
@@ -65,6 +66,7 @@ burnin_cmd.register(app)
 fleet_cmd.register(app)
 fleet_cmd.register_tui(app)
 node_cmd.register(app)
+remediate_cmd.register(app)
 store_cmd.register(app)
 
 

@@ -237,6 +237,14 @@ def register(app: typer.Typer) -> None:
                 "10 minutes (needs kubectl on PATH)"
             ),
         ] = None,
+        node_condition: Annotated[
+            bool | None,
+            typer.Option(
+                "--node-condition/--no-node-condition",
+                help="set this node's GpuHealthy condition through the Kubernetes API (default: on in a pod "
+                "with a service-account token, off elsewhere; asked for without one: a warning, never fatal)",
+            ),
+        ] = None,
         fake_fabric: Annotated[
             Path | None,
             typer.Option(
@@ -300,6 +308,13 @@ def register(app: typer.Typer) -> None:
             scheduler = RuleScheduler(_load(rules, no_builtin_rules))
         ag = Agent(cfg, collectors, scheduler=scheduler, topology=topo)
         topo.log = ag.log
+        from fleettool.agent.node_condition import from_option
+
+        try:  # its own thread, started with the loop: a hung API server never holds up collection
+            ag.node_condition = from_option(node_condition, name, lambda: list(ag.open_alerts))
+        except ValueError as e:  # asked for where no API is reachable: collection goes on, and says why not
+            ag.log(str(e))
+            ag._event(ag.clock(), str(e), "node-condition")
         web = _web_config(web_config_file)
         # before the port answers: a probe that passes means SIGTERM flushes and stops (a SIGTERM in the moment
         # between the port's first answer and the loop's start killed the agent unflushed, status -15)
@@ -346,6 +361,8 @@ def register(app: typer.Typer) -> None:
                 ) from None
         with open_store(db, read_only=False):  # creates the store, or refuses a file that is not ours
             pass
+        if ag.node_condition is not None:
+            ag.node_condition.start()
         stats = ag.run()
         if not quiet:
             print(
