@@ -175,14 +175,14 @@ def test_a_refused_reset_climbs_to_a_reboot(tmp_path: Path) -> None:
     i_reset = calls.index("nvidia-smi -r -i 3 @gpu-17")
     # the services it stopped come back although the reset failed, then the reboot, never a resume before proof
     assert calls[i_reset + 1] == "systemctl start nvidia-persistenced @gpu-17"
-    reboot = next(i for i, c in enumerate(calls) if c.startswith("scontrol reboot ASAP nextstate=RESUME"))
+    reboot = next(i for i, c in enumerate(calls) if c.startswith("scontrol reboot ASAP nextstate=DOWN"))
     assert reboot > i_reset and calls[reboot - 1] == "cat /proc/sys/kernel/random/boot_id @gpu-17"
     assert calls[reboot + 1] == "cat /proc/sys/kernel/random/boot_id @gpu-17"
     assert [c for c in calls if "state=resume" in c] == [calls[-1]]
-    # drained before the reset (once, for both rungs) and again as the node is back: Slurm's nextstate=RESUME
-    # resumes it at boot, before any proof
+    # drained once, before the reset, for both rungs; the reboot leaves it DOWN (nextstate=DOWN: RESUME would
+    # resume it as slurmd registers, before any proof), and one resume comes after the proof
     drains = [i for i, c in enumerate(calls) if "state=drain" in c]
-    assert len(drains) == 2 and drains[0] == 0 and drains[1] == reboot + 2
+    assert drains == [0]
     ep, log = _episode(db)
     assert ep["state"] == "proven" and ep["rung"] == "reboot"
     assert _kinds(log, "rung") == [("reset", None), ("reboot", None)]

@@ -1,5 +1,5 @@
 """fleettool.remediate.slurm against a real one-node Slurm (tests/slurm_cluster.py): the drain step with its
-Soperator-style reason, resume, and `scontrol reboot ASAP nextstate=RESUME` with RebootProgram set to a stand-in
+Soperator-style reason, resume, and `scontrol reboot ASAP nextstate=DOWN` with RebootProgram set to a stand-in
 script that records it was called (and reboots nothing). The reason and parsing tests need no Slurm."""
 
 from __future__ import annotations
@@ -66,10 +66,21 @@ def test_steps_are_argv_with_undo() -> None:
     assert resume_step("gpu-17").argv == ("scontrol", "update", "nodename=gpu-17", "state=resume")
     rb = reboot_step("gpu-17", "[hardware_problem] reboot incident inc-1")
     assert rb.argv == (
-        "scontrol", "reboot", "ASAP", "nextstate=RESUME", "reason=[hardware_problem] reboot incident inc-1", "gpu-17",
+        "scontrol", "reboot", "ASAP", "nextstate=DOWN", "reason=[hardware_problem] reboot incident inc-1", "gpu-17",
     )  # fmt: skip
+    # the node stays DOWN after the boot until the proof passes: the reboot's undo is the resume
+    assert rb.undo == resume_step("gpu-17")
     with pytest.raises(ValueError):
         drain_step("gpu-17; reboot", "x")
+
+
+def test_a_down_node_is_resumed_only_for_our_own_reason() -> None:
+    ours = "[hardware_problem] reboot incident inc-1"
+    # what slurmctld leaves after a reboot with nextstate=DOWN: our reason, " : reboot complete" appended
+    assert may_resume(SlurmNode("DOWN", ours + " : reboot issued : reboot complete", ""), ours)
+    assert not may_resume(SlurmNode("DOWN", "Not responding", ""), ours)
+    assert not may_resume(SlurmNode("DOWN+DRAIN", "[node_problem] disk full", ""), ours)
+    assert may_resume(SlurmNode("IDLE", "", ""), ours)
 
 
 def test_show_node_is_parsed_with_a_reason_holding_spaces() -> None:
@@ -151,7 +162,7 @@ def test_reboot_asap_runs_the_reboot_program_and_times_out_without_a_boot(
     assert r.rc == 0, r.excerpt()
     # slurmctld marks it for reboot (no job holds it, so ASAP is at once) and slurmd runs RebootProgram
     n = _wait(runner, host, lambda n: n.reboot in ("requested", "issued"), 10, slurm["dir"])
-    assert "DRAIN" in n.flags and n.next_state == "RESUME" and "incident inc-7" in n.reason
+    assert "DRAIN" in n.flags and n.next_state == "DOWN" and "incident inc-7" in n.reason
     deadline = time.monotonic() + 20
     while not calls.exists() and time.monotonic() < deadline:
         time.sleep(0.3)

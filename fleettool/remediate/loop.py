@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from fleettool.remediate import plan as plans
@@ -208,14 +208,6 @@ class Episode:
                     False,
                     f"{p.node} did not come back within {self.opts.boot_timeout_s:g} s (--boot-timeout)",
                 )
-            if rung is Rung.REBOOT and p.via is Via.SLURM:
-                # `scontrol reboot ... nextstate=RESUME` resumes the node when slurmd registers after the boot:
-                # drained again at once, so no job lands on it before the proof passes
-                for s in p.steps:
-                    if s.undo is not None:
-                        r = self.run_step(rung, replace(s, name=s.name + " again (nextstate=RESUME at boot)"))
-                        if r.rc not in s.ok_rc:
-                            return False, f"{s.name} after the boot failed (exit {r.rc}): {r.excerpt()[:300]}"
             if gpu is not None:
                 listed, r = reset.gpu_listed(self.runner, gpu, self.choice.uuid)
                 self.step_result(rung, f"GPU {gpu} listed after the {rung}", r, listed)
@@ -258,7 +250,11 @@ class Episode:
 
     def put_back(self, rung: Rung) -> bool:
         ok = True
+        done: set[tuple[str, ...]] = set()
         for taker, u in reversed(self.undo):
+            if u.argv in done:
+                continue  # the drain and the reboot both resume the node: once
+            done.add(u.argv)
             theirs = self.drained_by_another(taker, u)
             if theirs:
                 self.log("return", u.name, rung, False, theirs)
@@ -341,7 +337,7 @@ def _climb(ep: Episode, out: Outcome, first: Plan) -> Outcome:
 
 def _proven(ep: Episode, out: Outcome, rung: Rung, proof: Proof) -> Outcome:
     returned = ep.put_back(rung)
-    if ep.took_node_out:
+    if ep.took_node_out and returned:  # a node still tainted or drained is not healthy, whatever the proof
         ep.lifecycle("healthy", f"remediation {ep.rid}: {rung} proven")
     parts = ", ".join(f"{x.name} {'ok' if x.ok else 'n/a' if x.ok is None else 'FAIL'}" for x in proof.parts)
     if not returned:

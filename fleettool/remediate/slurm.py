@@ -1,5 +1,5 @@
 """The Slurm steps of remediation: drain a node with a reason in Soperator's style that carries the incident id,
-resume it, reboot it through slurmctld (`scontrol reboot ASAP nextstate=RESUME`), and read its state back.
+resume it, reboot it through slurmctld (`scontrol reboot ASAP nextstate=DOWN`), and read its state back.
 
 The reason. Soperator (nebius/soperator) reads a drain reason by its bracketed prefix: `[hardware_problem]` is
 "reserved for tooling outside the operator" and makes it treat the node as unhealthy (internal/consts/slurm.go,
@@ -8,8 +8,13 @@ SlurmHardwareReasonHC); it matches prefixes by substring, so the details must ho
 inc-...`, short, one line, no '=' and no brackets in the details, cut to REASON_MAX characters with the incident id
 kept whole.
 
+Why nextstate=DOWN and not RESUME: with RESUME slurmctld resumes the node as soon as slurmd registers after the
+boot ("the node's reason and DRAIN state will be cleared", scontrol(1)), before any proof ran, so jobs could land on
+a GPU that is still broken. With DOWN "the node will remain in a down state after rebooting" (reason + " : reboot
+complete"), and only the proof's pass resumes it (the step's undo).
+
 What slurmctld does with the reboot (seen on a one-node Slurm 22.05, tests/test_remediate_slurm.py): the node
-shows IDLE+DRAIN+REBOOT_REQUESTED with NextState=RESUME, then DOWN+DRAIN+REBOOT_ISSUED once slurmd ran
+shows IDLE+DRAIN+REBOOT_REQUESTED with NextState=DOWN, then DOWN+DRAIN+REBOOT_ISSUED once slurmd ran
 RebootProgram (reason + " : reboot issued"); it comes back only when slurmd registers with a boot time after the
 request (a slurmd restart without a reboot does not count); past ResumeTimeout it is DOWN with "reboot timed out".
 """
@@ -77,16 +82,17 @@ def drain_step(node: str, reason: str) -> Step:
 
 
 def reboot_step(node: str, reason: str) -> Step:
-    """`scontrol reboot ASAP nextstate=RESUME reason=... N`: slurmctld drains the node, reboots it (RebootProgram
-    through slurmd) once its jobs ended, and resumes it when slurmd registers after the boot. No undo: the
-    node resumes itself (nextstate=RESUME); the loop waits for that with node_slurm_state."""
+    """`scontrol reboot ASAP nextstate=DOWN reason=... N`: slurmctld drains the node, reboots it (RebootProgram
+    through slurmd) once its jobs ended, and leaves it DOWN after the boot (module docstring: why not RESUME). The
+    undo, run only when the proof passed, resumes it."""
     validate_node(node)
     return Step(
         name=f"reboot {node} through Slurm",
-        argv=("scontrol", "reboot", "ASAP", "nextstate=RESUME", f"reason={_one_line(reason)}", node),
+        argv=("scontrol", "reboot", "ASAP", "nextstate=DOWN", f"reason={_one_line(reason)}", node),
         where="here",
-        takes_out=f"node {node} (Slurm: drained, rebooted once its jobs end)",
+        takes_out=f"node {node} (Slurm: drained, rebooted once its jobs end, DOWN until the proof passes)",
         timeout_s=60,
+        undo=resume_step(node),
     )
 
 
@@ -128,11 +134,11 @@ class SlurmNode:
 
 
 def may_resume(node: SlurmNode, reason: str) -> bool:
-    """Whether resuming puts back only what this remediation took out: the node is not drained, or its reason is
-    still the one we set (slurmctld may append ' : reboot issued' and the like). A drain someone else set since
-    (another reason) is theirs to lift: Soperator's rule too (undrain only when the current reason starts with
-    the check's own)."""
-    if "DRAIN" not in node.flags:
+    """Whether resuming puts back only what this remediation took out: the node is neither drained nor down, or
+    its reason is still the one we set (slurmctld appends ' : reboot issued', ' : reboot complete'). A drain or
+    a DOWN someone else set since (another reason) is theirs to lift: Soperator's rule too (undrain only when the
+    current reason starts with the check's own)."""
+    if "DRAIN" not in node.flags and node.base != "DOWN":
         return True
     return node.reason.startswith(_one_line(reason))
 
