@@ -299,8 +299,9 @@ def test_the_agent_sets_the_condition_from_its_firing_alerts(
     r = _agent(tmp_path, api, pki, "--inject", "xid:79@gpu=1", duration="12s")
     assert r.returncode == 0, r.stderr
     statuses = [(c["status"], c["reason"]) for c in api.patches()]
-    assert statuses[0] == ("True", "NoGpuFault"), statuses
-    assert statuses[-1][0] == "False", statuses
+    # True (no alert yet) at start unless the XID's alert came first; False from the check after it fired
+    assert statuses and statuses[-1][0] == "False", statuses
+    assert all(s == ("True", "NoGpuFault") for s in statuses if s[0] == "True"), statuses
     down = [c for c in api.patches() if c["status"] == "False"][-1]
     assert "GPU 1" in down["message"] and "alert_id" in down["message"]
     with Store(tmp_path / "a.duckdb", read_only=True) as s:

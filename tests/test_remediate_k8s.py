@@ -110,6 +110,54 @@ def test_a_gpu_out_of_scheduling_with_a_device_taint_rule() -> None:
     assert validate([rule]) == 1
 
 
+# A ResourceSlice of NVIDIA's DRA driver as a cluster served it (the fields a DeviceTaintRule selects on, and the
+# uuid attribute), from kubernetes-sigs/dra-driver-nvidia-gpu#719 (AKS, driver 580.95.05):
+# https://github.com/kubernetes-sigs/dra-driver-nvidia-gpu/issues/719
+AKS_SLICE = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceSlice",
+    "spec": {
+        "driver": "gpu.nvidia.com",
+        "nodeName": "aks-gpupool-15127565-vmss000002",
+        "pool": {"generation": 1, "name": "aks-gpupool-15127565-vmss000002", "resourceSliceCount": 1},
+        "devices": [
+            {
+                "name": "gpu-1",
+                "attributes": {
+                    "productName": {"string": "NVIDIA A100 80GB PCIe"},
+                    "type": {"string": "gpu"},
+                    "uuid": {"string": "GPU-13719f71-412c-d11e-b236-a262f530a4fc"},
+                },
+            }
+        ],
+    },
+}
+
+
+def _selected(rule: dict[str, Any], slices: list[dict[str, Any]]) -> list[str]:
+    """The devices' UUIDs a DeviceTaintRule selects (driver, pool, device: every criterion set must match)."""
+    sel = rule["spec"]["deviceSelector"]
+    return [
+        d["attributes"]["uuid"]["string"]
+        for s in slices
+        for d in s["spec"]["devices"]
+        if sel.get("driver", s["spec"]["driver"]) == s["spec"]["driver"]
+        and sel.get("pool", s["spec"]["pool"]["name"]) == s["spec"]["pool"]["name"]
+        and sel.get("device", d["name"]) == d["name"]
+    ]
+
+
+def test_the_rule_selects_the_gpu_in_a_real_resource_slice() -> None:
+    node, uuid = "aks-gpupool-15127565-vmss000002", "GPU-13719f71-412c-d11e-b236-a262f530a4fc"
+    (step,) = k8s.take_out_gpu_steps(node, 1, uuid, "XID 79 GPU 1", dra=True)
+    assert _selected(_manifest(step), [AKS_SLICE]) == [uuid]
+    # another GPU of the node, or the same index on another node: not selected
+    (other,) = k8s.take_out_gpu_steps(node, 0, None, "r", dra=True)
+    assert _selected(_manifest(other), [AKS_SLICE]) == []
+    (elsewhere,) = k8s.take_out_gpu_steps("aks-gpupool-15127565-vmss000003", 1, None, "r", dra=True)
+    assert _selected(_manifest(elsewhere), [AKS_SLICE]) == []
+
+
 def test_the_schema_check_refuses_what_the_api_server_refuses() -> None:
     (step,) = k8s.take_out_gpu_steps("gpu-17", 3, UUID, "r", dra=True)
     rule = _manifest(step)

@@ -4,8 +4,8 @@ Taking one GPU out of scheduling:
 - where the cluster serves DRA device taints (`kubectl api-resources --api-group=resource.k8s.io` lists
   devicetaintrules): a DeviceTaintRule (KEP-5055; resource.k8s.io/v1beta2, served from Kubernetes 1.36 and still
   in 1.37, where v1 is added) that taints the one device of NVIDIA's DRA driver: driver `gpu.nvidia.com`, pool =
-  the node's name, device `gpu-N`, as the driver publishes its ResourceSlices (NVIDIA/gpu-operator#1282 shows
-  one: pool and ownerReference the node, devices gpu-0.. each with a `uuid` attribute). The selector of the
+  the node's name, device `gpu-N`, as the driver publishes its ResourceSlices (kubernetes-sigs/dra-driver-nvidia-gpu#719
+  shows one: spec.pool.name the node's name, devices gpu-0.. each with a `uuid` attribute). The selector of the
   served versions has only driver, pool and device (v1alpha3's CEL selectors on the uuid attribute are gone), and
   the driver's device names follow its enumeration order, which can shift when a GPU drops out
   (kubernetes-sigs/dra-driver-nvidia-gpu#427): the UUID goes into the taint's value and the rule's labels so what
