@@ -145,9 +145,12 @@ def test_a_reset_proven_untaints_the_gpu_on_kubernetes(tmp_path: Path) -> None:
         "nvlink": True,
     }
     assert any(r["kind"] == "return" and r["ok"] for r in log)
-    # a reset of one GPU leaves the node's lifecycle alone
+    # a reset of one GPU leaves the node's lifecycle alone; the alert that asked for it ends with the proof
     with Store(db, read_only=True) as s:
         assert node_state(s, NODE) is None
+        (a,) = s.query("SELECT state, json_extract_string(evidence, '$.closed_by') AS by FROM alerts")
+    assert a == {"state": "resolved", "by": f"proof {ep['remediation_id']}"}
+    assert "1 alert it answered resolved by the proof" in ep["outcome"]
 
 
 def test_a_reset_proven_resumes_the_node_in_slurm(tmp_path: Path) -> None:

@@ -69,11 +69,20 @@ def expire_silence(store: Store, silence_id: str, now: float) -> bool:
 
 
 def acknowledge(
-    store: Store, alert_id: str, *, now: float, until: float, who: str, reason: str, kind: str = "ack"
+    store: Store,
+    alert_id: str,
+    *,
+    now: float,
+    until: float,
+    who: str,
+    reason: str,
+    kind: str = "ack",
+    closed_by: str = "person",
 ) -> None:
-    """Acknowledge (kind 'ack') or resolve by hand (kind 'resolve') one alert. KeyError: no such alert."""
+    """Acknowledge (kind 'ack') or resolve (kind 'resolve': by hand, or `closed_by` a remediation's proof) one
+    alert. KeyError: no such alert."""
     if not alert_exists(store, alert_id):
         raise KeyError(alert_id)
     insert_ack(store, AlertAck(alert_id, kind, now, until, who, reason))
     if kind == "resolve":
-        resolve_alert(store, alert_id)
+        resolve_alert(store, alert_id, closed_by)

@@ -248,6 +248,25 @@ class Episode:
             f"{ours!r}): whoever drained it lifts that drain"
         )
 
+    def resolve_alerts(self, rung: Rung) -> int:
+        """The firing alerts that asked for this remediation end with its proof (closed_by `proof rem-...`, a
+        'resolve' row naming the episode), as an alert resolved by hand does: the proof is the evidence that the
+        fault is gone, so the node's GpuHealthy condition and the next remediate see it healthy."""
+        from fleettool.engine.silences import acknowledge
+
+        n, now = 0, self.clock()
+        for a in self.choice.alerts:
+            try:
+                acknowledge(
+                    self.store, str(a["alert_id"]), now=now, until=now + 3650 * 86400.0, who=self.opts.who,
+                    reason=f"remediation {self.rid}: {rung} proven", kind="resolve", closed_by=f"proof {self.rid}",
+                )  # fmt: skip
+            except KeyError:
+                continue
+            self.log("return", f"alert {a['alert_id']} resolved", rung, True, str(a.get("rule", "")))
+            n += 1
+        return n
+
     def put_back(self, rung: Rung) -> bool:
         ok = True
         done: set[tuple[str, ...]] = set()
@@ -345,7 +364,12 @@ def _proven(ep: Episode, out: Outcome, rung: Rung, proof: Proof) -> Outcome:
         update_remediation(ep.store, ep.rid, state="proven", ended=ep.clock(), outcome=msg)
         out.state, out.message = "failed", f"{ep.rid}: {msg}"
         return out
-    msg = f"{rung} proven ({parts}); returned to service"
+    resolved = ep.resolve_alerts(rung)
+    msg = f"{rung} proven ({parts}); returned to service" + (
+        f"; {resolved} alert{'s' if resolved != 1 else ''} it answered resolved by the proof"
+        if resolved
+        else ""
+    )
     update_remediation(ep.store, ep.rid, state="proven", ended=ep.clock(), outcome=msg)
     out.state, out.message = "proven", f"{ep.rid}: {msg}"
     return out

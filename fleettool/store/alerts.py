@@ -198,14 +198,15 @@ def put_alert(store: Store, a: AlertRecord) -> None:
     )
 
 
-def resolve_alert(store: Store, alert_id: str) -> None:
-    """Close an alert by hand: state resolved, closed by a person (evidence `closed_by`). Its last_seen stays the last time its condition held (when it was
-    closed is the resolution's row in alert_acks): resolving last week's incident today must not make it, and
-    the node's downtime in `report`, last until today."""
+def resolve_alert(store: Store, alert_id: str, closed_by: str = "person") -> None:
+    """Close an alert by hand: state resolved, closed by a person, or by a remediation's proof (`proof rem-...`)
+    (evidence `closed_by`). Its last_seen stays the last time its condition held (when it was closed is the
+    resolution's row in alert_acks): resolving last week's incident today must not make it, and the node's
+    downtime in `report`, last until today."""
     store.execute(
         "UPDATE alerts SET state = 'resolved', evidence = json_merge_patch(coalesce(evidence, '{}'), "
-        '\'{"closed_by": "person"}\') WHERE alert_id = ?',
-        [alert_id],
+        "json_object('closed_by', ?)) WHERE alert_id = ?",
+        [closed_by, alert_id],
     )
 
 
