@@ -323,3 +323,21 @@ def test_a_drain_someone_else_set_since_is_not_lifted(tmp_path: Path) -> None:
     assert ep["state"] == "proven" and "putting it back failed" in ep["outcome"]
     (ret,) = [r for r in log if r["kind"] == "return"]
     assert ret["ok"] is False and "DIMM B2 swap" in ret["detail"] and "lifts that drain" in ret["detail"]
+
+
+def test_an_unreachable_node_is_not_rebooted_over_ssh_and_climbs_to_its_bmc(tmp_path: Path) -> None:
+    """ssh's own failure (255, the host unknown) is not a reset refused and not a reboot that dropped the
+    connection: the reboot over ssh fails at once, and the ladder goes to the BMC."""
+    db = tmp_path / "f.duckdb"
+    _store(db, _alert("GpuDoubleBitError", "reset-gpu", "ecc"), recovery=1)
+    bin_dir = tmp_path / "bin"
+    down = {"rc": 255, "stderr": "ssh: Could not resolve hostname gpu-17: Name or service not known\n"}
+    standin.install(bin_dir, {"rules": [{"tool": "ssh", "match": "", "replies": [down]}]})
+    p = run_cli("remediate", NODE, "--db", str(db), "--via", "ssh", "--yes", *FAST, env=standin.env(bin_dir))
+    assert p.returncode == 1, p.stderr
+    assert "stopped at power-cycle" in p.stdout and "--bmc HOST" in p.stdout
+    assert not any("systemctl reboot" in " ".join(c["args"]) for c in standin.calls(bin_dir))
+    ep, log = _episode(db)
+    assert ep["state"] == "stopped" and ep["rung"] == "power-cycle"
+    (unreach,) = [r for r in log if r["kind"] == "note" and r["name"] == "reboot not proven"]
+    assert "unreachable over ssh (ssh: Could not resolve hostname gpu-17" in unreach["detail"]

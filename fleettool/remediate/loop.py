@@ -81,7 +81,10 @@ def guard_line(store: Store, node: str, opts: LoopOptions) -> str:
     parts = []
     if sc["rack"] is not None:
         parts.append(f"rack {sc['rack']}: {sc['open']['rack']} open of {sc['caps']['rack']}")
-    parts.append(f"fleet: {sc['open']['fleet']} open of {sc['caps']['fleet']} ({sc['fleet_nodes']} nodes)")
+    n = sc["fleet_nodes"]
+    parts.append(
+        f"fleet: {sc['open']['fleet']} open of {sc['caps']['fleet']} ({n} node{'' if n == 1 else 's'})"
+    )
     return "; ".join(parts + list(sc["notes"]))
 
 
@@ -103,6 +106,7 @@ class Episode:
         self.undo: list[tuple[Step, Step]] = []  # (the step that took something out, its undo)
         self.ran: set[tuple[str, ...]] = set()
         self.took_node_out = False
+        self.last_boot_read: RunResult | None = None
 
     def log(
         self, kind: str, name: str, rung: Rung | None, ok: bool | None, detail: str = "", **fig: Any
@@ -148,6 +152,7 @@ class Episode:
     # ---- boot ----
     def boot_id(self) -> str | None:
         r = self.runner.on_node(BOOT_ID, timeout_s=30)
+        self.last_boot_read = r
         return r.stdout.strip() or None if r.rc == 0 else None
 
     def wait_boot(self, rung: Rung, before: str | None) -> bool:
@@ -179,6 +184,18 @@ class Episode:
             self.took_node_out = True
             self.lifecycle("cordoned", f"remediation {self.rid}: {rung}")
         before = self.boot_id() if rung in plans.NODE_RUNGS else None
+        if rung is Rung.REBOOT and before is None and p.via in (Via.SSH, Via.LOCAL):
+            # the reboot itself goes over the same ssh: a node that cannot even print its boot id cannot be
+            # rebooted this way (an unresolvable or dead host made ssh's 255 look like the reboot dropping it)
+            r = self.last_boot_read
+            self.log(
+                "step", "read the boot id", rung, False, r.excerpt() if r else "", rc=r.rc if r else None
+            )
+            why = " ".join((r.excerpt() if r else "").split())[:200]
+            return (
+                False,
+                f"{p.node} is unreachable over ssh ({why or 'its boot id could not be read'}): not rebooted",
+            )
         acts = plans.action_steps(rung, p.via, p.node, gpu, "", self.runner, self.opts.plan)
         action_names = {s.name for s in acts}
         for s in p.steps:
