@@ -43,7 +43,7 @@ def test_a_node_reboot_recovery_action_beats_an_alert_asking_for_a_reset(tmp_pat
     p, _ = _plan(tmp_path, "--via", "slurm", *FAST)
     assert p.returncode == 0, p.stderr
     assert "rung reboot" in p.stdout and "recovery action Node Reboot" in p.stdout
-    assert "scontrol reboot ASAP nextstate=RESUME" in p.stdout and "nvidia-smi -r" not in p.stdout
+    assert "scontrol reboot ASAP nextstate=DOWN" in p.stdout and "nvidia-smi -r" not in p.stdout
 
 
 def test_a_lost_gpu_is_never_reset_even_when_nvml_says_reset(tmp_path: Path) -> None:

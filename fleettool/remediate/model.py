@@ -13,7 +13,7 @@ class Rung(StrEnum):
 
     RESET = "reset"  # one GPU: out of scheduling, its work drained, persistence off, nvidia-smi -r -i N
     REBOOT = (
-        "reboot"  # the node: scontrol reboot ASAP nextstate=RESUME, or a reboot Job / the cluster's operator
+        "reboot"  # the node: scontrol reboot ASAP nextstate=DOWN, or a reboot Job / the cluster's operator
     )
     POWER_CYCLE = "power-cycle"  # the node through its BMC: ipmitool chassis power cycle, or Redfish Reset
     RMA = "rma"  # nothing more to try: a bundle of the evidence for the vendor; the node stays out
