@@ -133,9 +133,13 @@ def register(app: typer.Typer) -> None:
                     )
             if bundle is not None:
                 m = write_bundle(store, name, bundle, gpu=bundle_gpu)
-                gpus = ", ".join(f"GPU {g['gpu']} {g['uuid']} serial {g['serial'] or '?'}" for g in m["gpus"])
+                known = [f"GPU {g['gpu']} serial {g['serial']}" for g in m["gpus"] if g["serial"]]
+                n = len(m["gpus"])
+                gpus = f"{n} GPU{'' if n == 1 else 's'}" + (
+                    f", serial known for {len(known)}: {', '.join(known)}" if known else ", no serial known"
+                )
                 print(
-                    f"fleettool: wrote {bundle} ({len(m['files'])} files; {gpus or 'no GPUs'})",
+                    f"fleettool: wrote {bundle} ({len(m['files'])} files; {gpus if n else 'no GPUs'})",
                     file=sys.stderr,
                 )
             st = current(store, name)
@@ -257,7 +261,7 @@ def register(app: typer.Typer) -> None:
             ", ".join(f"{k} {v}" for k, v in sorted((f.get("incidents_by_category") or {}).items())) or "none"
         )
         print(
-            f"fleet: {f.get('nodes', 0)} nodes, availability {percent(f.get('availability'))}, "
+            f"fleet: {f.get('nodes', 0)} node{'' if f.get('nodes', 0) == 1 else 's'}, availability {percent(f.get('availability'))}, "
             f"{f.get('interruptions', 0)} interruptions, MTBF {mtbf}, pages by category: {cats}"
         )
         if rep.get("nodes"):
@@ -297,7 +301,7 @@ def _print_remediation(rem: dict[str, Any] | None) -> None:
 
     f = rem["fleet"]
     print(
-        f"remediation: {f['episodes']} episodes ({f['proven']} proven, {f['failed']} failed, {f['stopped']} "
+        f"remediation: {f['episodes']} episode{'' if f['episodes'] == 1 else 's'} ({f['proven']} proven, {f['failed']} failed, {f['stopped']} "
         f"stopped, {f['open']} open); time to service (page to proven return) median {tts(f, 'median')} / p90 "
         f"{tts(f, 'p90')} over {f['time_to_service_s']['n']}; rungs tried: {rungs(f)}; re-failures within 24 h "
         f"of a proven return: {f['refailures_24h']}"
