@@ -34,13 +34,21 @@ def _reqs(lines: list[str]) -> dict[str, str]:
     return out
 
 
+def _in_file(name: str) -> list[str]:
+    """The requirements of requirements/NAME, its `-r` includes followed."""
+    out: list[str] = []
+    for ln in (ROOT / "requirements" / name).read_text().splitlines():
+        ln = ln.split("#")[0].strip()
+        if ln.startswith("-r "):
+            out += _in_file(ln[3:].strip())
+        elif ln:
+            out.append(ln)
+    return out
+
+
 def test_the_image_requirements_are_the_core_dependencies() -> None:
-    lines = [
-        ln.split("#")[0].strip()
-        for ln in (ROOT / "requirements" / "agent.in").read_text().splitlines()
-        if ln.split("#")[0].strip()
-    ]
-    assert _reqs(lines) == _reqs(PROJECT["dependencies"])
+    assert _reqs(_in_file("agent.in")) == _reqs(PROJECT["dependencies"])
+    assert _reqs(_in_file("agent-fleet.in")) == _reqs(PROJECT["dependencies"]) | _reqs(OPTIONAL["fleet"])
 
 
 def test_the_core_holds_no_extra() -> None:

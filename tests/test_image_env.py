@@ -23,8 +23,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements" / "agent.txt"
-# measured 2026-12-06 on dev (Python 3.11): 18 distributions, fleettool's included (bench/README.md, image section);
-# the full install of main before the split took 32 distributions. Bounds with some room for patch releases.
+LOCKS = (LOCK, ROOT / "requirements" / "agent-fleet.txt")
+DOCKERFILE = ROOT / "Dockerfile"
+# measured 2026-12-06 on dev (Python 3.11): 100.6 MiB in 18 distributions, fleettool included (bench/README.md);
+# the full install before the split: 525 MiB in 28. Bounds with some room for patch releases.
 MAX_MIB = 120
 MAX_DISTRIBUTIONS = 20
 # what the agent image must never hold (the agent imports none of them)
@@ -52,9 +54,20 @@ def _pip(*args: str) -> None:
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+def dockerfile_lock_flags() -> list[str]:
+    """The options of the Dockerfile's `pip install ... -r /tmp/lock.txt` (its lock's install), cache aside."""
+    for line in DOCKERFILE.read_text().splitlines():
+        words = line.split()
+        if line.startswith("RUN ") and "-r" in words and "install" in words:
+            flags = words[words.index("install") + 1 : words.index("-r")]
+            return [f for f in flags if f != "--no-cache-dir"]
+    raise AssertionError("the Dockerfile installs no lock (pip install ... -r)")
+
+
 def _locked_deps() -> Path:
-    """The lock installed with --target, once per version of the lock."""
-    key = hashlib.sha256(LOCK.read_bytes()).hexdigest()[:16]
+    """The lock installed with --target as the Dockerfile installs it, once per version of the lock."""
+    flags = dockerfile_lock_flags()
+    key = hashlib.sha256(LOCK.read_bytes() + " ".join(flags).encode()).hexdigest()[:16]
     done = (
         Path(tempfile.gettempdir())
         / f"fleettool-image-deps-{key}-py{sys.version_info[0]}{sys.version_info[1]}"
@@ -62,7 +75,7 @@ def _locked_deps() -> Path:
     if done.is_dir():
         return done
     building = Path(tempfile.mkdtemp(prefix=done.name + ".building-"))
-    _pip("--target", str(building), "--require-hashes", "--only-binary=:all:", "-r", str(LOCK))
+    _pip("--target", str(building), *flags, "-r", str(LOCK))
     try:
         building.rename(done)
     except OSError:  # another session finished first: use its copy
@@ -100,15 +113,23 @@ def _du_bytes(*dirs: Path) -> int:
     return sum(f.stat().st_size for d in dirs for f in d.rglob("*") if f.is_file() and not f.is_symlink())
 
 
-def test_the_lock_pins_every_distribution_with_hashes() -> None:
-    pins = [
-        ln for ln in LOCK.read_text().splitlines() if ln and not ln[0].isspace() and not ln.startswith("#")
-    ]
-    assert pins, "requirements/agent.txt pins nothing"
+@pytest.mark.parametrize("lock", LOCKS, ids=[p.name for p in LOCKS])
+def test_the_lock_pins_every_distribution_with_hashes(lock: Path) -> None:
+    text = lock.read_text()
+    pins = [ln for ln in text.splitlines() if ln and not ln[0].isspace() and not ln.startswith("#")]
+    assert pins, f"{lock.name} pins nothing"
     for ln in pins:
-        assert "==" in ln and ln.endswith("\\"), f"not pinned with hashes: {ln!r}"
-    text = LOCK.read_text()
+        assert "==" in ln and ln.endswith(chr(92)), f"not pinned with hashes: {ln!r}"
     assert "--index-url" not in text and "--find-links" not in text, "the lock names a machine's own index"
+
+
+def test_the_dockerfile_installs_the_lock_with_hashes_and_fleettool_alone() -> None:
+    text = DOCKERFILE.read_text()
+    assert "--require-hashes" in dockerfile_lock_flags()
+    assert "COPY requirements/${LOCK}.txt" in text
+    assert "ARG LOCK=agent" in text.splitlines()
+    assert "pip wheel --no-cache-dir --no-deps" in text  # fleettool's wheel only: no unlocked dependency
+    assert "pip install --no-cache-dir --no-deps /wheels/*.whl" in text
 
 
 def test_agent_help_runs_in_the_image_env(image_env: tuple[Path, Path]) -> None:
