@@ -139,3 +139,46 @@ def test_options_that_need_an_extra_exit_8_and_store_nothing_wrong(
     r = run_in(image_env, "gpus", "--db", str(db), "--json")
     assert r.returncode == 0, r.stderr
     assert '"uuid"' in r.stdout.lower()
+
+
+def test_the_core_stores_a_burnin_all_reduce(image_env: tuple[Path, Path], tmp_path: Path) -> None:  # noqa: F811
+    """The burn-in image is the core and torch (and a node with nccl-tests runs the all-reduce with no torch at
+    all): the all-reduce's NCCL rows must be stored without pyarrow, not lost at the end of the burn-in."""
+    db = tmp_path / "fleet.duckdb"
+    code = f"""
+import sys
+from fleettool.formats.nccl_tests import NcclRow
+from fleettool.store import Store
+s = Store({str(db)!r})
+rows = [NcclRow(8 << k, 2 << k, "float", "sum", -1, ip_time_us=10.0 + k, ip_algbw_gbps=1.5 * k,
+                ip_busbw_gbps=2.5 * k, ip_wrong=0) for k in range(20)]
+rows.append(NcclRow(1 << 30, None, None, None, None))
+s.write_nccl_run(run_id="burnin-x", ts=1.7e9, op="all_reduce", ranks=8, nodes=["gpu-01"], avg_busbw_gbps=1.0,
+                 peak_busbw_gbps=47.5, wrong=0, version=None, source="burnin", rows=rows)
+s.close()
+assert "pyarrow" not in sys.modules
+"""
+    r = _python_in(image_env, code)
+    assert r.returncode == 0, r.stderr
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        got = con.execute(
+            "SELECT count(*), sum(size_bytes), max(ip_busbw_gbps), count(count), min(dtype), max(root) "
+            "FROM nccl_rows WHERE run_id = 'burnin-x'"
+        ).fetchone()
+    assert got == (21, sum(8 << k for k in range(20)) + (1 << 30), 2.5 * 19, 20, "float", -1)
+
+
+def _python_in(env_dirs: tuple[Path, Path], code: str) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.pathsep.join(str(d) for d in env_dirs), "TZ": "UTC"}
+    return subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=env_dirs[1],
+    )
