@@ -11,6 +11,7 @@ import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, hostname, open_store, parse_duration, parse_size_option
 from fleettool.cli.exit_codes import ExitCode
+from fleettool.cli.extras import require_extra
 from fleettool.cli.options import NoBuiltinRulesOpt, RulesOpt
 from fleettool.cli.topology_opts import (
     DEFAULT_RACK_LABEL,
@@ -349,16 +350,14 @@ def register(app: typer.Typer) -> None:
                     f"{metrics_addr}:{metrics_port} {why} (--metrics-port)", ExitCode.UNAVAILABLE
                 ) from None
         if export_to:
+            require_extra("fleet", "agent --export-to")
             from fleettool.fleet.location import open_location
 
             try:
                 open_location(export_to)
             except (OSError, ValueError) as e:
-                cause = getattr(e, "strerror", None) or e
-                raise die(
-                    f"{export_to}: cannot use as a fleet location: {cause} (--export-to)",
-                    ExitCode.STORE_ERROR,
-                ) from None
+                msg = f"{export_to}: cannot use as a fleet location: {getattr(e, 'strerror', None) or e}"
+                raise die(f"{msg} (--export-to)", ExitCode.STORE_ERROR) from None
         with open_store(db, read_only=False):  # creates the store, or refuses a file that is not ours
             pass
         if ag.node_condition is not None:

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from fleettool.cli.common import DEFAULT_DB, open_store
+from fleettool.cli.extras import require_extra
 from fleettool.cli.options import DbOpt, FormatOpt, JsonOpt
 from fleettool.cli.output import emit
 
@@ -26,6 +27,8 @@ def register(app: typer.Typer) -> None:
         """
         import time
 
+        if update:
+            require_extra("analytics", "baselines --update")
         from fleettool.engine.baselines import compute
         from fleettool.store.baselines import list_baselines, save
 

@@ -46,8 +46,10 @@ def register(app: typer.Typer) -> None:
 
         Example: fleettool demo --db demo.duckdb && fleettool tui --db demo.duckdb
         """
+        from fleettool.cli.extras import require_extra
         from fleettool.cli.replay_cmd import _replay
 
+        require_extra("replay", "demo")
         src = recording or DEMO_DIR
         if not src.exists():
             raise die(f"{src}: no such file or directory", ExitCode.BAD_INPUT)

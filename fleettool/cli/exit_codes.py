@@ -38,7 +38,7 @@ EPILOG = (
     "4 database locked; 5 not a fleettool database (nothing was changed); "
     "6 database cannot be opened or written (no permission, disk full); "
     "7 nothing could be tested or a burn-in was inconclusive (no GPU, a GPU busy with another process); "
-    "8 something needed is unavailable (port in use, scontrol/kubectl/ssh/dcgmi not installed); "
+    "8 something needed is unavailable (port in use, scontrol/kubectl/ssh/dcgmi or an extra not installed); "
     "9 the database is damaged (run `fleettool store check --db PATH`, then `fleettool store salvage`); "
     "70 internal error (a bug: please report it). Every failure is one line on stderr."
 )

@@ -12,6 +12,7 @@ import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, hostname, open_store
 from fleettool.cli.exit_codes import ExitCode
+from fleettool.cli.extras import require_extra
 from fleettool.cli.options import FleetInsteadOpt, FleetOpt, FormatOpt, JsonOpt
 from fleettool.cli.output import emit, print_json, with_iso
 from fleettool.cli.topology_opts import (
@@ -32,6 +33,7 @@ fleet_app = typer.Typer(help="Fleet-wide views over exported segments.", no_args
 def open_fleet_or_die(fleet: str, **kw: Any) -> Store:
     """The fleet location as a store for a reader, or exit: 3 when it does not exist or nothing was exported
     there, 6 when it cannot be read (S3 unreachable, permissions)."""
+    require_extra("fleet", "--fleet")
     from fleettool.fleet.read import FleetError, check_fleet, open_fleet
 
     try:
@@ -62,6 +64,7 @@ def register(app: typer.Typer) -> None:
 
         Example: fleettool export --db /var/lib/fleettool/fleet.duckdb --to s3://gpu-fleet/segments
         """
+        require_extra("fleet", "export")
         from fleettool.agent.config import AgentConfig
         from fleettool.fleet.location import open_location
         from fleettool.fleet.segments import export
@@ -172,6 +175,7 @@ def fleet_incidents(
 
     Example: fleettool fleet incidents --fleet s3://gpu-fleet/segments --json
     """
+    require_extra("fleet", "fleet incidents")
     from fleettool.cli.incidents_view import emit_incidents, root_pci
     from fleettool.fleet.cache import default_cache
     from fleettool.fleet.read import FleetError, check_fleet
@@ -240,6 +244,7 @@ def register_tui(app: typer.Typer) -> None:
 
         Example: fleettool tui --db /var/lib/fleettool/fleet.duckdb
         """
+        require_extra("tui", "tui")
         # what the dashboard will read is checked before the screen takes over the terminal
         files = topology_files(topology, rack_label)
         if fleet:

@@ -11,6 +11,7 @@ import typer
 
 from fleettool.cli.common import DEFAULT_DB, die, open_store
 from fleettool.cli.exit_codes import ExitCode
+from fleettool.cli.extras import require_extra
 from fleettool.cli.options import DbOpt, FleetInsteadOpt, FormatOpt, JsonOpt, ReasonOpt, WhoOpt
 from fleettool.cli.output import emit, iso, print_json, print_table, with_iso
 from fleettool.model import who_acts
@@ -222,6 +223,7 @@ def register(app: typer.Typer) -> None:
 
         Example: fleettool report --incidents fault_trace.json --servers 400 --html report.html
         """
+        require_extra("analytics", "report")
         if incidents is not None:
             _incident_report(incidents, servers, json_out or fmt == "json", html_out, fmt, span_days)
             return

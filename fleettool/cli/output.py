@@ -150,6 +150,9 @@ def emit(
     elif fmt == "parquet":
         import io
 
+        from fleettool.cli.extras import require_extra
+
+        require_extra("analytics", "--format parquet")
         import polars as pl
 
         if sys.stdout.isatty():

@@ -351,6 +351,9 @@ def register(app: typer.Typer) -> None:
         """
         if down and not as_agent:
             raise typer.BadParameter("--down needs --as-agent", param_hint="--down")
+        from fleettool.cli.extras import require_extra
+
+        require_extra("replay", "replay")
         from fleettool.agent.as_agent import parse_down
 
         try:

@@ -163,9 +163,11 @@ def test(
     """
     import yaml
 
+    from fleettool.cli.extras import require_extra
     from fleettool.engine.rules import RuleError
     from fleettool.engine.ruletest import builtin_test_files, run_test_file
 
+    require_extra("replay", "rules test")  # the input series go through replay's ingest
     paths = files or builtin_test_files()
     for p in files or []:
         if not p.is_file():

@@ -19,6 +19,23 @@ from fleettool.store.values import db_time, dumps_evidence
 if TYPE_CHECKING:
     import pyarrow as pa
 
+# nccl_rows' columns after run_id, with their types (fleettool/store/schema.py)
+_NCCL_ROW_COLUMNS = (
+    ("size_bytes", "BIGINT"),
+    ("count", "BIGINT"),
+    ("dtype", "VARCHAR"),
+    ("redop", "VARCHAR"),
+    ("root", "INTEGER"),
+    ("oop_time_us", "DOUBLE"),
+    ("oop_algbw_gbps", "DOUBLE"),
+    ("oop_busbw_gbps", "DOUBLE"),
+    ("oop_wrong", "BIGINT"),
+    ("ip_time_us", "DOUBLE"),
+    ("ip_algbw_gbps", "DOUBLE"),
+    ("ip_busbw_gbps", "DOUBLE"),
+    ("ip_wrong", "BIGINT"),
+)
+
 
 def _micros(t: float | None) -> int | None:
     """Unix seconds -> whole microseconds (what make_timestamp takes), rounded as the Arrow path rounds."""
@@ -232,8 +249,6 @@ class TelemetryWrites(Connection):
     ) -> None:
         """One nccl-tests invocation and every row of its table (none for a run that never printed one), the GPU
         model of its device list, and whether it finished (printed its footer)."""
-        import pyarrow as pa  # here, not at import: readers never load it
-
         t = None if ts is None else db_time(ts)
         self.con.execute(
             "INSERT OR REPLACE INTO nccl_runs (run_id, ts, op, ranks, nodes, avg_busbw_gbps, peak_busbw_gbps, "
@@ -254,35 +269,12 @@ class TelemetryWrites(Connection):
             ],
         )
         self.con.execute("DELETE FROM nccl_rows WHERE run_id = ?", [run_id])
-        if rows:
-            cols = [
-                "size_bytes",
-                "count",
-                "dtype",
-                "redop",
-                "root",
-                "oop_time_us",
-                "oop_algbw_gbps",
-                "oop_busbw_gbps",
-                "oop_wrong",
-                "ip_time_us",
-                "ip_algbw_gbps",
-                "ip_busbw_gbps",
-                "ip_wrong",
-            ]
-            tbl = pa.table(
-                {
-                    "run_id": pa.array([run_id] * len(rows), pa.string()),
-                    **{c: pa.array([getattr(r, c) for r in rows]) for c in cols},
-                }
+        if rows:  # one statement, column lists unnested side by side: no pyarrow (the burn-in image has none)
+            typed = ", ".join(f"unnest(?::{typ}[])" for _, typ in _NCCL_ROW_COLUMNS)
+            self.con.execute(
+                f"INSERT INTO nccl_rows (run_id, {', '.join(c for c, _ in _NCCL_ROW_COLUMNS)}) SELECT ?, {typed}",
+                [run_id, *([getattr(r, c) for r in rows] for c, _ in _NCCL_ROW_COLUMNS)],
             )
-            self.con.register("_incoming_rows", tbl)
-            try:
-                self.con.execute(
-                    f"INSERT INTO nccl_rows SELECT run_id, {', '.join(cols)} FROM _incoming_rows"
-                )
-            finally:
-                self.con.unregister("_incoming_rows")
 
     def seen_digest(self, digest: str) -> bool:
         return bool(self.con.execute("SELECT 1 FROM ingests WHERE digest = ?", [digest]).fetchall())
