@@ -13,6 +13,7 @@ from fleettool.remediate import plan as plans
 from fleettool.remediate import reset
 from fleettool.remediate.ladder import Choice
 from fleettool.remediate.model import Plan, Proof, Rung, Step, Via, next_rung
+from fleettool.remediate.outcome import Outcome
 from fleettool.remediate.runner import NodeRunner, RunResult
 from fleettool.store import Store
 from fleettool.store.remediations import (
@@ -35,30 +36,6 @@ class LoopOptions:
     fleet_pct: float = 5.0
     plan: plans.Options = field(default_factory=plans.Options)
     burnin_args: tuple[str, ...] = ()
-
-
-@dataclass
-class Outcome:
-    state: str  # refused, proven, failed, stopped
-    message: str
-    remediation_id: str | None = None
-    rung: Rung | None = None
-    open: tuple[dict[str, Any], ...] = ()
-    rungs: list[str] = field(default_factory=list)
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.state == "proven" else 1
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "message": self.message,
-            "remediation_id": self.remediation_id,
-            "rung": str(self.rung) if self.rung else None,
-            "rungs": self.rungs,
-            "open": [{k: str(v) if v is not None else None for k, v in o.items()} for o in self.open],
-        }
 
 
 def refusal(store: Store, node: str, opts: LoopOptions, now: float) -> Outcome | None:
