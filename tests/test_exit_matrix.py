@@ -104,6 +104,8 @@ NEEDERS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("silence", "expire"), ("0123456789ab",)),
     (("baselines",), ("--update",)),
     (("export",), ("--to", "{emptydir}/fleet")),
+    # a remediation reads the fleet's alerts and records its episode: a mistyped --db must not plan on nothing
+    (("remediate",), ("gpu-17",)),
 ]
 
 
@@ -234,6 +236,16 @@ def _number_cases() -> Iterator[Case]:
         "--start not an ISO 8601 time",
     )
     yield Case(("node",), ("gpu-17", "explode", "--db", "{store}"), USAGE, "explode", "unknown action")
+    yield Case(
+        ("remediate",), ("gpu-17", "--db", "{store}", "--via", "pigeon"), USAGE, "--via", "--via unknown"
+    )
+    yield Case(
+        ("remediate",),
+        ("gpu-17", "--db", "{store}", "--from", "prayer"),
+        USAGE,
+        "--from",
+        "--from not a rung",
+    )
 
 
 def _tool_cases() -> Iterator[Case]:
