@@ -25,6 +25,9 @@ from fleettool.cli import (
 )
 from fleettool.cli.exit_codes import EPILOG, ExitCode
 from fleettool.cli.stdout_pipe import flush_stdout, guard_stdout
+from fleettool.cli.typer_fast import install as _fast_options
+
+_fast_options()  # option values without pydantic where the answer is certain (fleettool/cli/typer_fast.py)
 
 app = typer.Typer(
     name="fleettool",
