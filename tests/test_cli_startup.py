@@ -117,3 +117,37 @@ def test_fast_values_equal_typers_for_every_option(tmp_path: Path) -> None:
             assert _same(seen, want), f"{where} {v!r}"
             checked += 1
     assert checked > 1000 and fast > checked // 3, (checked, fast)
+
+
+def test_commands_table_names_what_each_module_registers() -> None:
+    """fleettool.cli.COMMANDS (which module `fleettool NAME` imports) against what the functions register."""
+    import importlib
+
+    from typer.main import get_command_name
+
+    from fleettool.cli import COMMANDS
+
+    for module, register, names in COMMANDS:
+        a = typer.Typer()
+        getattr(importlib.import_module(f"fleettool.cli.{module}"), register)(a)
+        got = [c.name or get_command_name(c.callback.__name__) for c in a.registered_commands if c.callback]
+        got += [g.name or g.typer_instance.info.name for g in a.registered_groups if g.typer_instance]
+        assert tuple(got) == names, (module, register)
+    full = typer.main.get_command(app)
+    assert sorted(getattr(full, "commands", {})) == sorted(n for _, _, ns in COMMANDS for n in ns)
+
+
+def test_a_command_imports_no_other_commands_module() -> None:
+    code = (
+        "import sys\n"
+        "sys.argv = ['fleettool', 'alerts', '--help']\n"
+        "import fleettool.cli as c\n"
+        "try:\n"
+        "    c.main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('fleettool.cli.') and m.endswith('_cmd')), "
+        "file=sys.stderr)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.stderr.strip().splitlines()[-1] == "['fleettool.cli.alerts_cmd']", p.stderr[-2000:]
