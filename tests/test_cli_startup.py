@@ -151,3 +151,26 @@ def test_a_command_imports_no_other_commands_module() -> None:
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.stderr.strip().splitlines()[-1] == "['fleettool.cli.alerts_cmd']", p.stderr[-2000:]
+
+
+def test_burnin_tests_written_out_are_the_steps() -> None:
+    from fleettool.burnin.steps import ALL_TESTS
+    from fleettool.cli.burnin_cmd import TESTS
+
+    assert TESTS == ALL_TESTS
+
+
+def test_help_of_every_command_imports_no_burnin_steps() -> None:
+    """`fleettool --help` builds every command: none of them may import the burn-in's steps to do it."""
+    code = (
+        "import sys\n"
+        "sys.argv = ['fleettool', '--help']\n"
+        "import fleettool.cli as c\n"
+        "try:\n"
+        "    c.main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('fleettool.burnin.steps' in sys.modules, file=sys.stderr)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.stderr.strip().splitlines()[-1] == "False", p.stderr[-2000:]
