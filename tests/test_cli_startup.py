@@ -174,3 +174,33 @@ def test_help_of_every_command_imports_no_burnin_steps() -> None:
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.stderr.strip().splitlines()[-1] == "False", p.stderr[-2000:]
+
+
+def test_a_plain_replay_imports_no_agent_module(tmp_path: Path) -> None:
+    """`fleettool replay FILE` (no --as-agent) runs without the agent's flush and scheduler modules."""
+    rec = tmp_path / "tiny.om"
+    rec.write_text(
+        "# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-0",Hostname="n1"} 40 1700000000\n'
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-0",Hostname="n1"} 41 1700000001\n'
+        "# EOF\n"
+    )
+    db = tmp_path / "t.duckdb"
+    code = (
+        "import sys\n"
+        f"sys.argv = ['fleettool', 'replay', {str(rec)!r}, '--db', {str(db)!r}, '-q']\n"
+        "import fleettool.cli as c\n"
+        "try:\n"
+        "    c.main()\n"
+        "except SystemExit as e:\n"
+        "    print('exit', e.code, file=sys.stderr)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('fleettool.agent')), file=sys.stderr)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = p.stderr.strip().splitlines()
+    assert lines[-2:] == ["exit 0", "[]"], p.stderr[-2000:]
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(*) FROM samples").fetchall() == [(2,)]
+    con.close()
