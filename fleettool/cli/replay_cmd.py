@@ -354,12 +354,14 @@ def register(app: typer.Typer) -> None:
         from fleettool.cli.extras import require_extra
 
         require_extra("replay", "replay")
-        from fleettool.agent.as_agent import parse_down
+        downs: tuple[tuple[float, float], ...] = ()
+        if down:  # the agent's modules (its flush, the scheduler) only where --as-agent --down asks for them
+            from fleettool.agent.as_agent import parse_down
 
-        try:
-            downs = tuple(parse_down(d) for d in down or [])
-        except ValueError as e:
-            raise typer.BadParameter(str(e), param_hint="--down") from None
+            try:
+                downs = tuple(parse_down(d) for d in down)
+            except ValueError as e:
+                raise typer.BadParameter(str(e), param_hint="--down") from None
         if tz is not None:
             from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 

@@ -1,0 +1,206 @@
+"""Start-up discipline of the `fleettool` command (issue 33 part 3). Not timed (bench/startup.py measures):
+what is imported, and that the cheap paths give the same answers as the ones they stand in for."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+from typer._click import Context
+from typer._click.exceptions import BadParameter
+from typer._coercion import build_runtime_param
+
+from fleettool.cli import app
+from fleettool.cli.typer_fast import _MISS, fast_value, install
+
+HEAVY = ("duckdb", "numpy", "pyarrow", "polars", "pydantic", "textual", "torch", "pynvml", "yaml")
+
+
+def _imported_by(argv: list[str]) -> list[str]:
+    """The heavy modules in sys.modules after `fleettool ARGV` ran in a fresh interpreter (argv [] imports only)."""
+    code = (
+        "import sys, json\n"
+        f"sys.argv = ['fleettool'] + {argv!r}\n"
+        "import fleettool.cli as c\n"
+        "if len(sys.argv) > 1:\n"
+        "    try:\n"
+        "        c.main()\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)), file=sys.stderr)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    return json.loads(p.stderr.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--help"],
+        ["agent", "--help"],
+        ["alerts", "--help"],
+        ["replay", "--help"],
+        ["rules", "list", "--help"],
+    ],
+)
+def test_help_imports_nothing_heavy(argv: list[str]) -> None:
+    assert _imported_by(argv) == []
+
+
+def _params() -> list[tuple[str, Any, Any]]:
+    out = []
+
+    def walk(cmd: Any, path: str) -> None:
+        for p in cmd.params:
+            out.append((f"{path} {p.name}", cmd, p))
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, f"{path} {name}")
+
+    walk(typer.main.get_command(app), "fleettool")
+    return out
+
+
+SAMPLES: dict[Any, list[Any]] = {
+    str: ["x", "", "a b", "-", "0"],
+    int: ["5", "0", "1", "-3", "007", "+5", " 5", "1_000", "abc", "4", "65535", "65536", "3.0", 5, 0, 2**40],
+    float: ["0.5", "1", "0", "1e3", "nan", "inf", "-0.0", ".5", "0.001", "0.0001", 2, 2.5, "x"],
+    Path: ["/tmp", "", "-", "rel/x", Path("/nonexistent/x"), "/dev/null"],
+    bool: [True, False],
+}
+
+
+def _same(a: tuple[str, Any], b: tuple[str, Any]) -> bool:
+    """Equal outcome, value and type (nan included: repr), a list item by item."""
+
+    def key(v: Any) -> Any:
+        if isinstance(v, list):
+            return ("list", [key(x) for x in v])
+        return (type(v).__name__, repr(v))
+
+    return a[0] == b[0] and key(a[1]) == key(b[1])
+
+
+def test_fast_values_equal_typers_for_every_option(tmp_path: Path) -> None:
+    install()
+    checked = fast = 0
+    for where, cmd, p in _params():
+        d = p.type_descriptor
+        ann = d.annotation
+        inner = typer.main.get_args(ann)[0] if typer.main.get_origin(ann) is list else ann
+        samples = list(SAMPLES.get(inner, []))
+        if p.default is not None and not callable(p.default):
+            samples.append(p.default)
+        if inner is not ann:  # lists: each sample alone, and two together
+            samples = [[s] for s in samples] + [tuple(samples[:2])]
+        ctx = Context(cmd)
+        for v in samples:
+            want: Any
+            try:
+                want = ("ok", build_runtime_param(d)._coerce_value(v, param=p, ctx=ctx))
+            except BadParameter as e:
+                want = ("bad", e.format_message())
+            got = fast_value(v, ann, d.parameter_info, p, ctx)
+            if got is not _MISS:
+                fast += 1
+                assert _same(("ok", got), want), f"{where} {v!r}"
+            # through typer's own parameter (the installed path): the same outcome as typer's adapter
+            try:
+                seen: Any = ("ok", p.get_runtime_param()._coerce_value(v, param=p, ctx=ctx))
+            except BadParameter as e:
+                seen = ("bad", e.format_message())
+            assert _same(seen, want), f"{where} {v!r}"
+            checked += 1
+    assert checked > 1000 and fast > checked // 3, (checked, fast)
+
+
+def test_commands_table_names_what_each_module_registers() -> None:
+    """fleettool.cli.COMMANDS (which module `fleettool NAME` imports) against what the functions register."""
+    import importlib
+
+    from typer.main import get_command_name
+
+    from fleettool.cli import COMMANDS
+
+    for module, register, names in COMMANDS:
+        a = typer.Typer()
+        getattr(importlib.import_module(f"fleettool.cli.{module}"), register)(a)
+        got = [c.name or get_command_name(c.callback.__name__) for c in a.registered_commands if c.callback]
+        got += [g.name or g.typer_instance.info.name for g in a.registered_groups if g.typer_instance]
+        assert tuple(got) == names, (module, register)
+    full = typer.main.get_command(app)
+    assert sorted(getattr(full, "commands", {})) == sorted(n for _, _, ns in COMMANDS for n in ns)
+
+
+def test_a_command_imports_no_other_commands_module() -> None:
+    code = (
+        "import sys\n"
+        "sys.argv = ['fleettool', 'alerts', '--help']\n"
+        "import fleettool.cli as c\n"
+        "try:\n"
+        "    c.main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('fleettool.cli.') and m.endswith('_cmd')), "
+        "file=sys.stderr)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.stderr.strip().splitlines()[-1] == "['fleettool.cli.alerts_cmd']", p.stderr[-2000:]
+
+
+def test_burnin_tests_written_out_are_the_steps() -> None:
+    from fleettool.burnin.steps import ALL_TESTS
+    from fleettool.cli.burnin_cmd import TESTS
+
+    assert TESTS == ALL_TESTS
+
+
+def test_help_of_every_command_imports_no_burnin_steps() -> None:
+    """`fleettool --help` builds every command: none of them may import the burn-in's steps to do it."""
+    code = (
+        "import sys\n"
+        "sys.argv = ['fleettool', '--help']\n"
+        "import fleettool.cli as c\n"
+        "try:\n"
+        "    c.main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('fleettool.burnin.steps' in sys.modules, file=sys.stderr)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.stderr.strip().splitlines()[-1] == "False", p.stderr[-2000:]
+
+
+def test_a_plain_replay_imports_no_agent_module(tmp_path: Path) -> None:
+    """`fleettool replay FILE` (no --as-agent) runs without the agent's flush and scheduler modules."""
+    rec = tmp_path / "tiny.om"
+    rec.write_text(
+        "# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n"
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-0",Hostname="n1"} 40 1700000000\n'
+        'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-0",Hostname="n1"} 41 1700000001\n'
+        "# EOF\n"
+    )
+    db = tmp_path / "t.duckdb"
+    code = (
+        "import sys\n"
+        f"sys.argv = ['fleettool', 'replay', {str(rec)!r}, '--db', {str(db)!r}, '-q']\n"
+        "import fleettool.cli as c\n"
+        "try:\n"
+        "    c.main()\n"
+        "except SystemExit as e:\n"
+        "    print('exit', e.code, file=sys.stderr)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('fleettool.agent')), file=sys.stderr)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = p.stderr.strip().splitlines()
+    assert lines[-2:] == ["exit 0", "[]"], p.stderr[-2000:]
+    import duckdb
+
+    con = duckdb.connect(str(db), read_only=True)
+    assert con.execute("SELECT count(*) FROM samples").fetchall() == [(2,)]
+    con.close()
