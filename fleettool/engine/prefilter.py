@@ -10,10 +10,22 @@ which it did not: the same alerts, one query instead of one each.
 
 Simple: a metric against a value (`op`/`value`) or a bitmask (`bitmask_any`); a rule against another metric
 (`than_metric`, an as-of join) is always evaluated in full.
+
+The counter and peer kinds (issue 33) are asked alike, one query per family, each rule with a condition that
+must hold somewhere for the kind's evaluation to find anything (so a skip never changes a finding):
+- increase and rate: a series whose points (raw and rollups) all hold one finite value has every step 0, so
+  every windowed increase and rate is 0; a rule for which `0 op value` is false finds nothing unless some
+  series of its metric moved in its window;
+- peer: a GPU's smoothed value and its peers' median both lie between the lowest and highest point of the
+  metric on its node (the fleet, for scope fleet) in the window, so `below_fraction` f can hold only where
+  lowest < highest x (1 - f), and `above_fraction` f only where highest > lowest x (1 + f) (or lowest <= 0);
+  with `when_metric`, only where some point of it reached `when_min`. A relative slack of 1e-9 covers the
+  rounding of the averages.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 from fleettool.engine.kinds._sql import cmp, read, rollup_column, ts_param
@@ -25,6 +37,40 @@ def eligible(r: Rule) -> bool:
     return r.kind == "threshold" and r.p("than_metric", None) is None
 
 
+_OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq}
+_OPS |= {"=": operator.eq, "!=": operator.ne, "<>": operator.ne}
+LANE_GEN = ("pcie_link_width", "pcie_link_gen")  # what kinds/increase.py divides a per-lane rate by
+
+
+def _zero_fires(r: Rule) -> bool:
+    """Whether an increase (or rate) of 0 meets the rule's condition: such a rule is never skipped."""
+    op, v = str(r.p("op", ">")), float(r.p("value", 0.0))
+    test = _OPS.get(op)
+    return True if test is None else test(0.0, v)
+
+
+def _fraction_ok(f: object) -> bool:
+    return f is None or 1e-6 <= float(f) < 1.0  # type: ignore[arg-type]
+
+
+def counter_eligible(r: Rule) -> bool:
+    return r.kind in ("increase", "rate") and not _zero_fires(r)
+
+
+def peer_eligible(r: Rule) -> bool:
+    below, above = r.p("below_fraction", None), r.p("above_fraction", None)
+    return (
+        r.kind == "peer"
+        and _fraction_ok(below)
+        and (above is None or float(above) >= 1e-6)
+        and str(r.p("scope", "node")) in ("node", "fleet")
+    )
+
+
+def _lit(s: object) -> str:
+    return "'" + str(s).replace("'", "''") + "'"
+
+
 def _cond(r: Rule) -> str:
     if r.p("bitmask_any", None) is not None:
         return f"((value::BIGINT & {int(r.p('bitmask_any'))}) <> 0)"
@@ -32,6 +78,110 @@ def _cond(r: Rule) -> str:
 
 
 def quiet(store: Store, windows: Sequence[tuple[Rule, float, float]]) -> set[str]:
+    """The alert names of the due rules that have nothing to find: thresholds, counters and peers (above)."""
+    return _quiet_thresholds(store, windows) | _quiet_counters(store, windows) | _quiet_peers(store, windows)
+
+
+def _points(metrics: Sequence[str]) -> str:
+    """Every point of these metrics in [$lo, $hi]: raw samples and 1-minute rollups (kinds/_sql.src's)."""
+    rollup = " UNION ALL ".join(
+        f"SELECT node, gpu, sub, minute AS ts, metric, {rollup_column(m)} AS value FROM samples_1m "
+        f"WHERE metric = {_lit(m)} AND minute BETWEEN $lo AND $hi"
+        for m in metrics
+    )
+    names = ", ".join(_lit(m) for m in metrics)
+    return (
+        f"SELECT node, gpu, sub, ts, metric, value FROM samples WHERE metric IN ({names}) "
+        f"AND ts BETWEEN $lo AND $hi UNION ALL {rollup}"
+    )
+
+
+def _span(rules: Sequence[tuple[Rule, float, float]]) -> dict[str, object]:
+    return {"lo": ts_param(min(a for _, a, _ in rules)), "hi": ts_param(max(b for *_, b in rules))}
+
+
+def _quiet_counters(store: Store, windows: Sequence[tuple[Rule, float, float]]) -> set[str]:
+    """The increase and rate rules none of whose series moved in their window (one scan, grouped by series)."""
+    rules = [(r, a, b) for r, a, b in windows if counter_eligible(r)]
+    if not rules:
+        return set()
+    params = _span(rules)
+    inner, outer = [], []
+    for i, (r, a, b) in enumerate(rules):
+        params[f"s{i}"], params[f"e{i}"] = ts_param(a), ts_param(b)
+        only = "" if r.p("sub", None) is None else f" AND sub = {_lit(r.p('sub'))}"
+        f = f"FILTER (WHERE metric = {_lit(r.p('metric'))}{only} AND ts BETWEEN $s{i} AND $e{i})"
+        inner.append(f"min(value) {f} AS lo{i}, max(value) {f} AS hi{i}")
+        moved = f"hi{i} > lo{i} OR NOT isfinite(hi{i}) OR NOT isfinite(lo{i})"
+        if r.p(
+            "per_lane_gen", None
+        ):  # 0 over a NaN width or generation is NaN, which DuckDB holds the greatest
+            inner.append(
+                f"bool_or(NOT isfinite(value)) FILTER (WHERE metric IN ({', '.join(map(_lit, LANE_GEN))}) "
+                f"AND ts BETWEEN $s{i} AND $e{i}) AS x{i}"
+            )
+            moved += f" OR x{i}"
+        outer.append(f"coalesce(bool_or({moved}), false) AS m{i}")
+    metrics = sorted(
+        {str(r.p("metric")) for r, _, _ in rules}
+        | ({*LANE_GEN} if any(r.p("per_lane_gen", None) for r, _, _ in rules) else set())
+    )
+    sql = (
+        f"SELECT {', '.join(outer)} FROM (SELECT {', '.join(inner)} FROM ({_points(metrics)}) "
+        "GROUP BY node, gpu, sub)"
+    )
+    row = read(store, sql, params)[0]
+    return {r.alert for i, (r, _, _) in enumerate(rules) if not row[f"m{i}"]}
+
+
+def _spread(r: Rule, lo: str, hi: str) -> str:
+    """SQL: whether the peer rule can hold between points as low as `lo` and as high as `hi`."""
+    conds = []
+    if r.p("below_fraction", None) is not None:
+        f = float(r.p("below_fraction"))
+        conds.append(f"({hi} > 0 AND ({lo} <= 0 OR {lo} < {hi} * {1 - f!r} * (1 + 1e-9)))")
+    if r.p("above_fraction", None) is not None:
+        f = float(r.p("above_fraction"))
+        conds.append(f"({hi} > 0 AND ({lo} <= 0 OR {hi} > {lo} * {1 + f!r} * (1 - 1e-9)))")
+    if not conds:
+        return "false"  # neither fraction: the rule's condition is `false`
+    finite = f"NOT isfinite({lo}) OR NOT isfinite({hi})"
+    return f"({finite} OR {' OR '.join(conds)})"
+
+
+def _quiet_peers(store: Store, windows: Sequence[tuple[Rule, float, float]]) -> set[str]:
+    """The peer rules whose metric's spread on any node (or the fleet) could not make a GPU an outlier, or whose
+    load metric never reached its floor, in their window (one scan, grouped by node)."""
+    rules = [(r, a, b) for r, a, b in windows if peer_eligible(r)]
+    if not rules:
+        return set()
+    params = _span(rules)
+    inner, outer = [], []
+    for i, (r, a, b) in enumerate(rules):
+        params[f"s{i}"], params[f"e{i}"] = ts_param(a), ts_param(b)
+        f = f"FILTER (WHERE metric = {_lit(r.p('metric'))} AND gpu IS NOT NULL AND ts BETWEEN $s{i} AND $e{i})"
+        inner.append(f"min(value) {f} AS lo{i}, max(value) {f} AS hi{i}")
+        if str(r.p("scope", "node")) == "fleet":  # one group of peers at most as wide as the fleet
+            agg = f"coalesce({_spread(r, f'min(lo{i})', f'max(hi{i})')}, false)"
+        else:
+            agg = f"coalesce(bool_or({_spread(r, f'lo{i}', f'hi{i}')}), false)"
+        load = "true"
+        if r.p("when_metric", None) and float(r.p("when_min", 0)) > 0:
+            inner.append(
+                f"max(value) FILTER (WHERE metric = {_lit(r.p('when_metric'))} AND ts BETWEEN $s{i} AND $e{i})"
+                f" AS w{i}"
+            )
+            load = f"coalesce(max(w{i}) >= {float(r.p('when_min'))!r} OR NOT isfinite(max(w{i})), false)"
+        outer.append(f"{agg} AND {load} AS m{i}")
+    metrics = sorted({str(r.p(k)) for r, _, _ in rules for k in ("metric", "when_metric") if r.p(k, None)})
+    sql = (
+        f"SELECT {', '.join(outer)} FROM (SELECT {', '.join(inner)} FROM ({_points(metrics)}) GROUP BY node)"
+    )
+    row = read(store, sql, params)[0]
+    return {r.alert for i, (r, _, _) in enumerate(rules) if not row[f"m{i}"]}
+
+
+def _quiet_thresholds(store: Store, windows: Sequence[tuple[Rule, float, float]]) -> set[str]:
     """The alert names of the rules (each with its window start, end) whose condition held at no point.
     One scan of the rules' metrics over the widest window, one conditional aggregate per rule."""
     rules = [(r, a, b) for r, a, b in windows if eligible(r)]
