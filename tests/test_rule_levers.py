@@ -64,7 +64,7 @@ def _both(base: Path, tmp: Path, step: float | None) -> tuple[Alerts, int]:
 def _node(seconds: int) -> list[Sample]:
     """8 loaded GPUs every 10 s. GPU 3's PCIe link drops to x8 at 5 min; GPU 6's SM clock falls to 70 % of its
     peers at 8 min; GPU 5's NVLink CRC counter climbs 40,000 a minute from 10 min; GPU 1's double-bit count
-    resets (5 -> 0) at 12 min; every other counter stays put."""
+    resets (5 -> 0) at 12 min; GPU 2 has 16 NVLinks up instead of 18 from 10 min; every other counter stays put."""
     out = []
     for s in range(0, seconds, 10):
         t = T0 + s
@@ -85,6 +85,7 @@ def _node(seconds: int) -> list[Sample]:
                 Sample(t, "n", g, u, "nvlink_crc_flit_errors_total", crc, "link=0"),
                 Sample(t, "n", g, u, "nvlink_crc_data_errors_total", 0.0, "link=0"),
                 Sample(t, "n", g, u, "nvlink_recovery_errors_total", 0.0, "link=0"),
+                Sample(t, "n", g, u, "nvlink_links_active", 16.0 if g == 2 and s >= 600 else 18.0),
             ]
     return out
 
@@ -113,6 +114,20 @@ def test_counter_and_peer_rules_with_nothing_to_find_are_skipped(tmp_path: Path)
         assert {"GpuSingleBitErrorRate", "PcieReplayRate", "GpuSlowerThanPeers"} <= quiet
 
 
+def test_a_sql_rule_is_skipped_only_without_a_point_of_its_metric(tmp_path: Path) -> None:
+    """NvlinkLinksFewer reads 7 days of its metric before its window (a scan of every sample's metric: ~170 ms
+    on a 7-day store); its rows are that metric's points in the window, so with none there it is skipped."""
+    rules = {r.alert: r for r in RULES}
+    fewer = rules["NvlinkLinksFewer"]
+    assert prefilter.eligible(fewer) and not prefilter.eligible(rules["GpuDcgmDiagFailed"])
+    now = T0 + 890
+    with Store(tmp_path / "s.duckdb") as st:
+        st.write_samples([x for x in _node(900) if x.metric != "nvlink_links_active" or x.ts < now - 1500])
+        assert fewer.alert in prefilter.quiet(st, [(fewer, now - lookback(fewer), now)])
+        st.write_samples([Sample(now - 5, "n", 0, "GPU-0", "nvlink_links_active", 18.0)])
+        assert fewer.alert not in prefilter.quiet(st, [(fewer, now - lookback(fewer), now)])
+
+
 def test_a_rule_a_zero_increase_meets_is_never_skipped() -> None:
     rules = {r.alert: r for r in RULES}
     inc = rules["GpuSingleBitErrorRate"]
@@ -128,6 +143,7 @@ def test_the_lever_changes_no_alert_on_a_node_with_faults(tmp_path: Path) -> Non
     inc, skipped = _both(base, tmp_path, 60.0)
     fired = {(str(a[0]), a[2]) for a in inc}
     assert {("PcieLinkBelowPeers", 3), ("GpuClockBelowPeers", 6), ("NvlinkCrcErrorRate", 5)} <= fired
+    assert ("NvlinkLinksFewer", 2) in fired
     assert skipped > 0
     whole, _ = _both(base, tmp_path, None)
     assert {(str(a[0]), a[2]) for a in whole} == fired

@@ -9,7 +9,8 @@ each one's window, over the same points (kinds/_sql.src: raw samples and rollups
 which it did not: the same alerts, one query instead of one each.
 
 Simple: a metric against a value (`op`/`value`) or a bitmask (`bitmask_any`); a rule against another metric
-(`than_metric`, an as-of join) is always evaluated in full.
+(`than_metric`, an as-of join) is always evaluated in full. A sql rule that names its metric (`needs_metric`: its
+rows are that metric's points in its window) is asked in the same query whether it has any point there.
 
 The counter and peer kinds (issue 33) are asked alike, one query per family, each rule with a condition that
 must hold somewhere for the kind's evaluation to find anything (so a skip never changes a finding):
@@ -34,7 +35,14 @@ from fleettool.store import Store
 
 
 def eligible(r: Rule) -> bool:
+    """Asked in the thresholds' query: a simple threshold, or a sql rule that names the metric its rows are."""
+    if r.kind == "sql":
+        return r.p("needs_metric", None) is not None
     return r.kind == "threshold" and r.p("than_metric", None) is None
+
+
+def _metric(r: Rule) -> str:
+    return str(r.p("needs_metric") if r.kind == "sql" else r.p("metric"))
 
 
 _OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq}
@@ -72,6 +80,8 @@ def _lit(s: object) -> str:
 
 
 def _cond(r: Rule) -> str:
+    if r.kind == "sql":  # any point of its metric in its window
+        return "true"
     if r.p("bitmask_any", None) is not None:
         return f"((value::BIGINT & {int(r.p('bitmask_any'))}) <> 0)"
     return cmp("value", r.p("op", ">"), repr(float(r.p("value", 0.0))))
@@ -191,11 +201,11 @@ def _quiet_thresholds(store: Store, windows: Sequence[tuple[Rule, float, float]]
         "lo": ts_param(min(a for _, a, _ in rules)),
         "hi": ts_param(max(b for *_, b in rules)),
     }
-    metrics = sorted({str(r.p("metric")) for r, _, _ in rules})
+    metrics = sorted({_metric(r) for r, _, _ in rules})
     names = ", ".join("'" + m.replace("'", "''") + "'" for m in metrics)
     aggs = []
     for i, (r, a, b) in enumerate(rules):
-        m = str(r.p("metric")).replace("'", "''")
+        m = _metric(r).replace("'", "''")
         params[f"s{i}"], params[f"e{i}"] = ts_param(a), ts_param(b)
         aggs.append(f"bool_or(metric = '{m}' AND ts BETWEEN $s{i} AND $e{i} AND {_cond(r)}) AS h{i}")
     rollup = " UNION ALL ".join(
