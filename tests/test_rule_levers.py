@@ -14,7 +14,7 @@ import pytest
 from fleettool.engine import prefilter
 from fleettool.engine.evaluate import data_range
 from fleettool.engine.incremental import RuleScheduler, lookback
-from fleettool.engine.rules import load_rules
+from fleettool.engine.rules import RuleError, load_rules, parse_rules
 from fleettool.ingest.report import IngestOptions
 from fleettool.ingest.run import ingest
 from fleettool.model import Sample
@@ -161,3 +161,21 @@ def test_the_lever_changes_no_alert_on_the_recorded_scenarios(name: str, tmp_pat
         ingest(st, SCENARIOS / name, IngestOptions(quiet=True))
     _both(base, tmp_path, 60.0)
     _both(base, tmp_path, None)
+
+
+def test_a_sql_rule_names_a_metric_that_exists() -> None:
+    doc = """
+groups:
+- name: t
+  rules:
+  - alert: Fewer
+    kind: sql
+    needs_metric: nvlink_links_actve
+    query: "SELECT node, gpu, ts, true AS active, value FROM samples WHERE ts BETWEEN $start AND $end"
+    severity: warning
+    category: nvlink
+    action: inspect-hardware
+"""
+    with pytest.raises(RuleError, match="unknown metric 'nvlink_links_actve' in needs_metric"):
+        parse_rules(doc, "t.yaml")
+    assert parse_rules(doc.replace("actve", "active"), "t.yaml")[0].p("needs_metric") == "nvlink_links_active"
