@@ -51,7 +51,7 @@ def per_rule(db: Path) -> dict[str, object]:
             rows.append({"rule": r.alert, "kind": r.kind, "cpu_ms": round(ms, 2), "cadence_s": cadence(r)})
     finally:
         st.close()
-    per_min = sum(float(x["cpu_ms"]) * 60 / float(x["cadence_s"]) for x in rows)  # type: ignore[arg-type]
+    per_min = sum(float(x["cpu_ms"]) * 60 / float(x["cadence_s"]) for x in rows)  # type: ignore[arg-type,misc]
     rows.sort(key=lambda x: -float(x["cpu_ms"]))  # type: ignore[arg-type]
     return {"rules": rows, "cpu_ms_per_minute_at_cadence": round(per_min, 1)}
 
