@@ -69,9 +69,8 @@ class RuleScheduler:
     rules: list[Rule]
     last: dict[str, float] = field(default_factory=dict)
     evaluations: int = 0
-    prefilter: bool = (
-        True  # skip the threshold rules one query shows to have nothing to find (engine/prefilter)
-    )
+    # skip the threshold, counter, peer and sql rules found to have nothing to find (engine/prefilter)
+    prefilter: bool = True
     skipped: int = 0
     # each rule's findings at its last evaluation: an incident folds them all, due now or not
     findings: dict[str, list[Finding]] = field(default_factory=dict)

@@ -9,11 +9,24 @@ each one's window, over the same points (kinds/_sql.src: raw samples and rollups
 which it did not: the same alerts, one query instead of one each.
 
 Simple: a metric against a value (`op`/`value`) or a bitmask (`bitmask_any`); a rule against another metric
-(`than_metric`, an as-of join) is always evaluated in full.
+(`than_metric`, an as-of join) is always evaluated in full. A sql rule that names its metric (`needs_metric`: its
+rows are that metric's points in its window) is asked in the same query whether it has any point there.
+
+The counter and peer kinds (issue 33) are asked alike, one query per family, each rule with a condition that
+must hold somewhere for the kind's evaluation to find anything (so a skip never changes a finding):
+- increase and rate: a series whose points (raw and rollups) all hold one finite value has every step 0, so
+  every windowed increase and rate is 0; a rule for which `0 op value` is false finds nothing unless some
+  series of its metric moved in its window;
+- peer: a GPU's smoothed value and its peers' median both lie between the lowest and highest point of the
+  metric on its node (the fleet, for scope fleet) in the window, so `below_fraction` f can hold only where
+  lowest < highest x (1 - f), and `above_fraction` f only where highest > lowest x (1 + f) (or lowest <= 0);
+  with `when_metric`, only where some point of it reached `when_min`. A relative slack of 1e-9 covers the
+  rounding of the averages.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 from fleettool.engine.kinds._sql import cmp, read, rollup_column, ts_param
@@ -22,16 +35,152 @@ from fleettool.store import Store
 
 
 def eligible(r: Rule) -> bool:
+    """Asked in the thresholds' query: a simple threshold, or a sql rule that names the metric its rows are."""
+    if r.kind == "sql":
+        return r.p("needs_metric", None) is not None
     return r.kind == "threshold" and r.p("than_metric", None) is None
 
 
+def _metric(r: Rule) -> str:
+    return str(r.p("needs_metric") if r.kind == "sql" else r.p("metric"))
+
+
+_OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq}
+_OPS |= {"=": operator.eq, "!=": operator.ne, "<>": operator.ne}
+LANE_GEN = ("pcie_link_width", "pcie_link_gen")  # what kinds/increase.py divides a per-lane rate by
+
+
+def _zero_fires(r: Rule) -> bool:
+    """Whether an increase (or rate) of 0 meets the rule's condition: such a rule is never skipped."""
+    op, v = str(r.p("op", ">")), float(r.p("value", 0.0))
+    test = _OPS.get(op)
+    return True if test is None else test(0.0, v)
+
+
+def _fraction_ok(f: object) -> bool:
+    return f is None or 1e-6 <= float(f) < 1.0  # type: ignore[arg-type]
+
+
+def counter_eligible(r: Rule) -> bool:
+    return r.kind in ("increase", "rate") and not _zero_fires(r)
+
+
+def peer_eligible(r: Rule) -> bool:
+    below, above = r.p("below_fraction", None), r.p("above_fraction", None)
+    return (
+        r.kind == "peer"
+        and _fraction_ok(below)
+        and (above is None or float(above) >= 1e-6)
+        and str(r.p("scope", "node")) in ("node", "fleet")
+    )
+
+
+def _lit(s: object) -> str:
+    return "'" + str(s).replace("'", "''") + "'"
+
+
 def _cond(r: Rule) -> str:
+    if r.kind == "sql":  # any point of its metric in its window
+        return "true"
     if r.p("bitmask_any", None) is not None:
         return f"((value::BIGINT & {int(r.p('bitmask_any'))}) <> 0)"
     return cmp("value", r.p("op", ">"), repr(float(r.p("value", 0.0))))
 
 
 def quiet(store: Store, windows: Sequence[tuple[Rule, float, float]]) -> set[str]:
+    """The alert names of the due rules that have nothing to find: thresholds, counters and peers (above)."""
+    return _quiet_thresholds(store, windows) | _quiet_counters(store, windows) | _quiet_peers(store, windows)
+
+
+def _points(metrics: Sequence[str], i: int) -> str:
+    """Every point of these metrics in rule i's window [$s{i}, $e{i}]: raw samples and 1-minute rollups (as
+    kinds/_sql.src reads them). Each rule gets its own scan of its own window (a query over the widest window
+    with a filter per rule tested every rule against every row: 0.8 s at the agent's start-up)."""
+    rollup = " UNION ALL ".join(
+        f"SELECT node, gpu, sub, minute AS ts, {rollup_column(m)} AS value FROM samples_1m "
+        f"WHERE metric = {_lit(m)} AND minute BETWEEN $s{i} AND $e{i}"
+        for m in metrics
+    )
+    names = ", ".join(_lit(m) for m in metrics)
+    return (
+        f"SELECT node, gpu, sub, ts, value FROM samples WHERE metric IN ({names}) "
+        f"AND ts BETWEEN $s{i} AND $e{i} UNION ALL {rollup}"
+    )
+
+
+def _ask(store: Store, rules: Sequence[tuple[Rule, float, float]], branch: list[str]) -> set[str]:
+    """One query of the rules' branches (each one row: its index and whether it may find something)."""
+    params: dict[str, object] = {}
+    for i, (_, a, b) in enumerate(rules):
+        params[f"s{i}"], params[f"e{i}"] = ts_param(a), ts_param(b)
+    may = {int(x["i"]): bool(x["m"]) for x in read(store, " UNION ALL ".join(branch), params)}
+    return {r.alert for i, (r, _, _) in enumerate(rules) if not may[i]}
+
+
+def _quiet_counters(store: Store, windows: Sequence[tuple[Rule, float, float]]) -> set[str]:
+    """The increase and rate rules none of whose series moved in their window (one query, grouped by series)."""
+    rules = [(r, a, b) for r, a, b in windows if counter_eligible(r)]
+    if not rules:
+        return set()
+    branch = []
+    for i, (r, _, _) in enumerate(rules):
+        only = "" if r.p("sub", None) is None else f" WHERE sub = {_lit(r.p('sub'))}"
+        moved = "hi > lo OR NOT isfinite(hi) OR NOT isfinite(lo)"
+        if r.p(
+            "per_lane_gen", None
+        ):  # 0 over a NaN width or generation is NaN, which DuckDB holds the greatest
+            moved += (
+                f" OR (SELECT coalesce(bool_or(NOT isfinite(value)), false) FROM ({_points(LANE_GEN, i)}))"
+            )
+        branch.append(
+            f"SELECT {i} AS i, coalesce(bool_or({moved}), false) AS m FROM (SELECT min(value) AS lo, "
+            f"max(value) AS hi FROM ({_points([str(r.p('metric'))], i)}){only} GROUP BY node, gpu, sub)"
+        )
+    return _ask(store, rules, branch)
+
+
+def _spread(r: Rule, lo: str, hi: str) -> str:
+    """SQL: whether the peer rule can hold between points as low as `lo` and as high as `hi`."""
+    conds = []
+    if r.p("below_fraction", None) is not None:
+        f = float(r.p("below_fraction"))
+        conds.append(f"({hi} > 0 AND ({lo} <= 0 OR {lo} < {hi} * {1 - f!r} * (1 + 1e-9)))")
+    if r.p("above_fraction", None) is not None:
+        f = float(r.p("above_fraction"))
+        conds.append(f"({hi} > 0 AND ({lo} <= 0 OR {hi} > {lo} * {1 + f!r} * (1 - 1e-9)))")
+    if not conds:
+        return "false"  # neither fraction: the rule's condition is `false`
+    finite = f"NOT isfinite({lo}) OR NOT isfinite({hi})"
+    return f"({finite} OR {' OR '.join(conds)})"
+
+
+def _quiet_peers(store: Store, windows: Sequence[tuple[Rule, float, float]]) -> set[str]:
+    """The peer rules whose metric's spread on any node (or the fleet) could not make a GPU an outlier, or whose
+    load metric never reached its floor, in their window (one query, grouped by node)."""
+    rules = [(r, a, b) for r, a, b in windows if peer_eligible(r)]
+    if not rules:
+        return set()
+    branch = []
+    for i, (r, _, _) in enumerate(rules):
+        if str(r.p("scope", "node")) == "fleet":  # one group of peers at most as wide as the fleet
+            agg = f"coalesce({_spread(r, 'min(lo)', 'max(hi)')}, false)"
+        else:
+            agg = f"coalesce(bool_or({_spread(r, 'lo', 'hi')}), false)"
+        load = "true"
+        if r.p("when_metric", None) and float(r.p("when_min", 0)) > 0:
+            w = float(r.p("when_min"))
+            load = (
+                f"(SELECT coalesce(max(value) >= {w!r} OR NOT isfinite(max(value)), false) "
+                f"FROM ({_points([str(r.p('when_metric'))], i)}))"
+            )
+        branch.append(
+            f"SELECT {i} AS i, {agg} AND {load} AS m FROM (SELECT min(value) AS lo, max(value) AS hi "
+            f"FROM ({_points([str(r.p('metric'))], i)}) WHERE gpu IS NOT NULL GROUP BY node)"
+        )
+    return _ask(store, rules, branch)
+
+
+def _quiet_thresholds(store: Store, windows: Sequence[tuple[Rule, float, float]]) -> set[str]:
     """The alert names of the rules (each with its window start, end) whose condition held at no point.
     One scan of the rules' metrics over the widest window, one conditional aggregate per rule."""
     rules = [(r, a, b) for r, a, b in windows if eligible(r)]
@@ -41,11 +190,11 @@ def quiet(store: Store, windows: Sequence[tuple[Rule, float, float]]) -> set[str
         "lo": ts_param(min(a for _, a, _ in rules)),
         "hi": ts_param(max(b for *_, b in rules)),
     }
-    metrics = sorted({str(r.p("metric")) for r, _, _ in rules})
+    metrics = sorted({_metric(r) for r, _, _ in rules})
     names = ", ".join("'" + m.replace("'", "''") + "'" for m in metrics)
     aggs = []
     for i, (r, a, b) in enumerate(rules):
-        m = str(r.p("metric")).replace("'", "''")
+        m = _metric(r).replace("'", "''")
         params[f"s{i}"], params[f"e{i}"] = ts_param(a), ts_param(b)
         aggs.append(f"bool_or(metric = '{m}' AND ts BETWEEN $s{i} AND $e{i} AND {_cond(r)}) AS h{i}")
     rollup = " UNION ALL ".join(

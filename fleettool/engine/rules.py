@@ -137,7 +137,7 @@ def _rule(d: dict[str, Any], where: str, group: str) -> Rule:
         isinstance(sub, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=[^=\s]+", sub)
     ):
         raise err(f'sub {sub!r}: one sub-series as label=value, e.g. "link=3"')
-    for mkey in ("than_metric", "when_metric"):
+    for mkey in ("than_metric", "when_metric", "needs_metric"):
         if d.get(mkey) is not None and d[mkey] not in METRICS:
             raise err(f"unknown metric {d[mkey]!r} in {mkey}")
     if "op" in d and d["op"] not in OPS:

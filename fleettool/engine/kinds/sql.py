@@ -3,6 +3,9 @@ bound the evaluation.
 
     kind: sql
     query: "SELECT node, gpu, ts, value > 3 AS active, value FROM samples WHERE metric = 'x' AND ts >= $start"
+    needs_metric: x              # optional: the query's rows are points of this metric in [$start, $end] only,
+                                 # so with none there it finds nothing and the agent skips it
+                                 # (engine/prefilter.py, in the thresholds' one query)
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ def evaluate(store: Store, r: RuleLike, start: float, end: float) -> KindResult:
 KIND = Kind(
     stale_s=SERIES_STALE_S,
     name="sql",
-    fields=frozenset({"query"}),
+    fields=frozenset({"query", "needs_metric"}),
     requires=("query",),
     evaluate=evaluate,
     no_promql="a SQL query over the store",
