@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+# NVML's recovery action -> the words nvidia-smi -q prints for it ("GPU Recovery Action : None"): the NVML event
+# source's table, re-exported for ladder.py and plan.py
+from fleettool.sources.nvml_events import RECOVERY_ACTIONS as RECOVERY_ACTIONS
+
 
 class Rung(StrEnum):
     """The ladder, lowest first: each rung takes out more than the one below, and is tried when it fails."""
@@ -39,20 +43,6 @@ class Via(StrEnum):
     K8S = (
         "k8s"  # scheduler Kubernetes (kubectl here); node commands with kubectl exec in the agent's pod on it
     )
-
-
-# NVML's recovery action (nvmlDeviceGetGpuRecoveryAction, field 230; DCGM_FI_DEV_GPU_RECOVERY_ACTION 1523), and
-# the words nvidia-smi -q prints for it ("GPU Recovery Action : None")
-RECOVERY_ACTIONS: dict[int, str] = {
-    0: "None",
-    1: "GPU Reset",
-    2: "Node Reboot",
-    3: "Drain P2P",
-    4: "Drain and Reset",
-    5: "Recover IMEX Domain",
-    6: "Bus Reset",
-    7: "System Reboot",
-}
 
 
 @dataclass(frozen=True)
