@@ -23,6 +23,7 @@ Ratios: replay speed / promtool speed (goal >= 2), replay speed / bare insert sp
 RSS / 1 h peak RSS (goal <= 1.3) and peak RSS for 4 GPUs (goal <= 300 MiB).
 
   python bench/replay_stream.py --gpus 4 8 --hours 1 6 --gzip --json bench/results/replay-stream-dev.json
+  python bench/replay_stream.py --gpus 4 --hours 1 6 --repeat 5 --no-ingest-only --before /work/main/.venv/bin/fleettool
 """
 
 from __future__ import annotations
@@ -117,9 +118,9 @@ def _stored(db: Path) -> int:
         con.close()
 
 
-def replay(path: Path, work: Path, env: dict[str, str]) -> dict[str, Any]:
+def replay(path: Path, work: Path, env: dict[str, str], cli: str | None = None) -> dict[str, Any]:
     db = _fresh(work / "replay.duckdb")
-    r = _run([_cli(), "replay", str(path), "--db", str(db), "-q"], env)
+    r = _run([cli or _cli(), "replay", str(path), "--db", str(db), "-q"], env)
     if r["rc"] != 0:
         raise SystemExit(f"replay of {path} exited {r['rc']}: {r['stderr'][-2000:]}")
     r["rows_stored"] = _stored(db)
@@ -238,11 +239,18 @@ def main() -> None:
     ap.add_argument(
         "--repeat", type=int, default=1, help="replay and promtool N times each, alternating; the median run"
     )
+    ap.add_argument(
+        "--before",
+        default=None,
+        help="another fleettool executable (e.g. main's) whose replay runs alternating with this one's and promtool",
+    )
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     env = _user_env(a.work)
     tiny, _ = _input(a.work, 1, 0.01, False)
     replay(tiny, a.work, env)  # untimed: compiles the bytecode a user's install has
+    if a.before:
+        replay(tiny, a.work, env, a.before)
     res: dict[str, Any] = {
         "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -256,11 +264,15 @@ def main() -> None:
             path, n = _input(a.work, gpus, hours, False)
             row: dict[str, Any] = {"gpus": gpus, "hours": hours, "samples": n, "file_mib": 0.0}
             row["file_mib"] = round(path.stat().st_size / MiB, 1)
-            reps, proms = [], []
-            for _ in range(a.repeat):  # alternating: load from elsewhere falls on both alike
+            reps, proms, befores = [], [], []
+            for _ in range(a.repeat):  # alternating: load from elsewhere falls on all alike
                 reps.append(replay(path, a.work, env))
+                if a.before:
+                    befores.append(replay(path, a.work, env, a.before))
                 proms.append(promtool(path, a.work))
             row["replay"], row["promtool"] = _median_run(reps), _median_run(proms)
+            if befores:
+                row["replay_before"] = _median_run(befores)
             row["bare_insert"] = bare_insert(a.work)
             if not a.no_ingest_only:
                 row["ingest_only"] = ingest_only(path, a.work)
@@ -268,7 +280,7 @@ def main() -> None:
                 gz, _ = _input(a.work, gpus, hours, True)
                 row["replay_gz"] = replay(gz, a.work, env)
                 row["gz_file_mib"] = round(gz.stat().st_size / MiB, 1)
-            for key in ("replay", "replay_gz"):
+            for key in ("replay", "replay_before", "replay_gz"):
                 if key in row and row[key]["rows_stored"] != n:
                     failed.append(f"{path.name} {key}: {row[key]['rows_stored']} rows stored, {n} generated")
             if row["promtool"]["samples_written"] != n:
@@ -278,6 +290,9 @@ def main() -> None:
             row["promtool_samples_per_s"] = round(n / pw)
             row["bare_insert_rows_per_s"] = round(n / bw)
             row["replay_vs_promtool"] = round(pw / rw, 2)
+            if befores:
+                row["replay_before_vs_promtool"] = round(pw / row["replay_before"]["wall_s"], 2)
+                row["before_vs_after_wall"] = round(row["replay_before"]["wall_s"] / rw, 2)
             row["replay_vs_bare_insert"] = round(bw / rw, 3)
             if "ingest_only" in row:
                 row["ingest_only_samples_per_s"] = round(n / row["ingest_only"]["wall_s"])

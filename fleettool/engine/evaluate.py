@@ -164,17 +164,22 @@ def evaluate(
     end: float | None = None,
     *,
     workers: int = 1,
+    prefilter: bool = True,
 ) -> list[Incident]:
     """The rules over [start, end] (default: the store's data range), folded into incidents. `workers` > 1
     runs the rules that many at a time, each thread on its own cursor of the store's database (DuckDB drops
     the GIL while a query runs): the findings are the same, in rule order. Only for a store whose data is
     committed and in the database itself (a cursor sees neither an open transaction's writes nor the
-    connection's temporary tables): replay's, after its ingest."""
+    connection's temporary tables): replay's, after its ingest. `prefilter`: the rules that can find nothing
+    are not evaluated (skipped() below): the same incidents."""
     rng = data_range(store)
     if rng is None:
         return []
     s = rng[0] if start is None else start
     e = rng[1] if end is None else end
+    if prefilter:
+        skip = skipped(store, rules, s, e)
+        rules = [r for r in rules if r.alert not in skip]
     boots = _boots(store)
     horizons = Horizons(store, e).preload()
     if workers > 1 and len(rules) > 1:
@@ -182,6 +187,16 @@ def evaluate(
     else:
         per_rule = [evaluate_rule(store, r, s, e, boots, horizons) for r in rules]
     return fold([f for fs in per_rule for f in fs], e, horizons)
+
+
+def skipped(store: Store, rules: list[Rule], start: float, end: float) -> set[str]:
+    """The alert names of the rules that find nothing over [start, end]: those whose metric or event kinds
+    have no row at all in the store (two queries), then, of the rest, the thresholds, counters and peers the
+    agent's prefilter finds quiet over the same window (engine/prefilter.py: three queries)."""
+    from fleettool.engine import prefilter
+
+    none = prefilter.without_inputs(store, rules)
+    return none | prefilter.quiet(store, [(r, start, end) for r in rules if r.alert not in none])
 
 
 def _evaluate_threads(

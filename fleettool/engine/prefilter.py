@@ -208,3 +208,40 @@ def _quiet_thresholds(store: Store, windows: Sequence[tuple[Rule, float, float]]
     )
     row = read(store, sql, params)[0]
     return {r.alert for i, (r, _, _) in enumerate(rules) if not row[f"h{i}"]}
+
+
+# the kinds whose every finding comes from points of the rule's `metric` (kinds/_sql.src: raw samples and rollups)
+METRIC_KINDS = frozenset(
+    {"threshold", "increase", "rate", "peer", "trend", "port_episodes", "port_peer", "port_count"}
+)
+
+
+def inputs_of(r: Rule) -> frozenset[tuple[str, str]] | None:
+    """What the rule's evaluation finds nothing without, whatever its window: one of these present ("events", a
+    kind: an event rule's kinds; ("metric", name): the one metric all of a rule's findings come from, a sql
+    rule's `needs_metric`); None when that is not known (the sql kind without needs_metric, absent,
+    nccl_localize)."""
+    if r.kind == "event":
+        return frozenset(("events", str(k)) for k in (r.p("events") or ["xid"]))
+    m = r.p("needs_metric", None) if r.kind == "sql" else r.p("metric", None)
+    if m is None or (r.kind != "sql" and r.kind not in METRIC_KINDS):
+        return None
+    return frozenset({("metric", str(m))})
+
+
+def without_inputs(store: Store, rules: Sequence[Rule]) -> set[str]:
+    """The alert names of the rules whose inputs have no row at all in the store (no point of their metric, raw
+    or rolled up; no event of their kinds, timed or not): they find nothing over any window. Two small queries
+    (the distinct metrics and event kinds present) in place of a full evaluation each: replay's whole-history
+    pass over a recording of GPU samples alone skips the event, port and NVLink rules."""
+    need = {r.alert: inputs_of(r) for r in rules}
+    if not any(need.values()):
+        return set()
+    present = {
+        ("metric", str(x["v"]))
+        for x in read(
+            store, "SELECT DISTINCT metric AS v FROM samples UNION SELECT DISTINCT metric FROM samples_1m", {}
+        )
+    }
+    present |= {("events", str(x["v"])) for x in read(store, "SELECT DISTINCT kind AS v FROM events", {})}
+    return {a for a, n in need.items() if n is not None and not (n & present)}
