@@ -204,3 +204,75 @@ def test_a_plain_replay_imports_no_agent_module(tmp_path: Path) -> None:
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("SELECT count(*) FROM samples").fetchall() == [(2,)]
     con.close()
+
+
+def _cli_modules_after(argv: list[str]) -> list[str]:
+    """The command modules (fleettool.cli.*_cmd) in sys.modules after `fleettool ARGV` ran in a fresh interpreter."""
+    code = (
+        "import sys\n"
+        f"sys.argv = ['fleettool'] + {argv!r}\n"
+        "import fleettool.cli as c\n"
+        "try:\n"
+        "    c.main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('fleettool.cli.') and m.endswith('_cmd')), "
+        "file=sys.stderr)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    return json.loads(p.stderr.strip().splitlines()[-1].replace("'", '"'))
+
+
+@pytest.mark.parametrize("argv", [["--help"], []])
+def test_root_help_imports_no_command_module(argv: list[str]) -> None:
+    """`fleettool --help` (and `fleettool` alone) lists the commands from LISTING: it builds none of them."""
+    assert _cli_modules_after(argv) == []
+
+
+def test_an_unknown_command_still_hears_of_every_name() -> None:
+    """The lazy root builds every command for a name it does not know: typer's suggestion sees them all."""
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.argv = ['fleettool', 'incidnets']; import fleettool.cli as c; c.main()",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 2
+    assert (
+        p.stderr
+        == "fleettool: No such command 'incidnets'. Did you mean 'incidents'? (see 'fleettool --help')\n"
+    )
+
+
+def test_listing_is_what_the_built_commands_say_at_every_width() -> None:
+    from typer._click.utils import make_default_short_help
+
+    from fleettool.cli import LISTING
+
+    full = typer.main.get_command(app)
+    built = [(n, c) for n, c in getattr(full, "commands", {}).items() if not c.hidden]
+    assert [n for n, _ in LISTING] == [n for n, _ in built]
+    for (name, text), (_, cmd) in zip(LISTING, built, strict=True):
+        for limit in range(1, 400):
+            assert make_default_short_help(text, limit) == cmd.get_short_help_str(limit), (name, limit)
+
+
+@pytest.mark.parametrize("width", [40, 80, 120, 200])
+def test_root_help_is_byte_for_byte_the_full_apps(width: int) -> None:
+    """The lazy root's help against the one of the app with every command built, at terminal widths."""
+    from fleettool.cli import _LazyGroup, _typer
+
+    def help_of(cmd: Any) -> str:
+        ctx = Context(cmd, info_name="fleettool", terminal_width=width)
+        return str(cmd.get_help(ctx))
+
+    lazy = typer.main.get_command(_typer(_LazyGroup))
+    assert isinstance(lazy, _LazyGroup) and not lazy.commands
+    assert help_of(lazy) == help_of(typer.main.get_command(app))
+    assert not lazy.commands  # the listing built nothing
+    assert lazy.get_command(Context(lazy), "gpus") is not None  # a name looked up is built, with its module's
+    assert sorted(lazy.commands) == ["events", "gpus", "nccl"]
