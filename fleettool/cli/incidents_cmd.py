@@ -67,7 +67,7 @@ def incidents(
         )
     from fleettool.incidents.model import incident_json
 
-    with open_store(db, read_only=True) as store:
+    with open_store(db, read_only=True, sql_only=True) as store:
         rows = _rows(store, state or None)
         pci = root_pci(store, rows)
     out = [incident_json(r, pci) for r in rows]
@@ -87,7 +87,7 @@ def show(
     from fleettool.incidents.model import incident_json
     from fleettool.store.incidents import incident_by_id, incident_ids_starting, incident_members
 
-    with open_store(db, read_only=True) as store:
+    with open_store(db, read_only=True, sql_only=True) as store:
         ids = incident_ids_starting(store, incident_id)
         if len(ids) != 1:
             why = "no incident" if not ids else f"{len(ids)} incidents ({', '.join(i[:12] for i in ids)})"
