@@ -309,7 +309,8 @@ def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[by
 @pytest.mark.parametrize("cmd", READ)
 def test_a_read_command_loads_neither_duckdbs_python_layer_nor_rich(cmd: str, demo_db: Path) -> None:
     """A read command connects through DuckDB's engine alone and prints a piped table without rich: neither
-    the `duckdb` package (its relations, Arrow sources, version lookup) nor rich is imported."""
+    the `duckdb` package (its relations, Arrow sources, version lookup) nor rich is imported, nor socket
+    (the host name is for writers)."""
     code = (
         "import sys, io\n"
         f"sys.argv = ['fleettool', {cmd!r}, '--db', {str(demo_db)!r}]\n"
@@ -320,7 +321,7 @@ def test_a_read_command_loads_neither_duckdbs_python_layer_nor_rich(cmd: str, de
         "except SystemExit as e:\n"
         "    code = e.code\n"
         "table, sys.stdout = sys.stdout.getvalue(), out\n"
-        "print(code, len(table.splitlines()) > 1, sorted(m for m in ('duckdb', 'rich') if m in sys.modules))\n"
+        "print(code, len(table.splitlines()) > 1, sorted(m for m in ('duckdb', 'rich', 'socket') if m in sys.modules))\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.stdout.strip().splitlines()[-1] == "0 True []", p.stdout + p.stderr[-2000:]
