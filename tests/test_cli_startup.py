@@ -392,3 +392,42 @@ def test_plain_table_cuts_long_cells_and_aligns_numbers_as_rich_does() -> None:
     assert _table_lines(heads, grid, None, plain=True)[1].endswith(
         "a" * 79 + "…    2.5"
     )  # X is as wide as 1e-07
+
+
+def test_incidents_of_a_store_with_incidents_imports_no_fold(demo_db: Path) -> None:
+    """The fold (and its inputs: topology, bursts, hashlib) is for a store with alerts and no incidents only."""
+    code = (
+        "import sys, io\n"
+        f"sys.argv = ['fleettool', 'incidents', '--db', {str(demo_db)!r}]\n"
+        "import fleettool.cli as c\n"
+        "out, sys.stdout = sys.stdout, io.StringIO()\n"
+        "try:\n"
+        "    c.main()\n"
+        "except SystemExit as e:\n"
+        "    code = e.code\n"
+        "sys.stdout = out\n"
+        "print(code, sorted(m for m in sys.modules if m.startswith('fleettool.incidents.')))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.stdout.strip().splitlines()[-1] == "0 ['fleettool.incidents.model']", p.stdout + p.stderr[-2000:]
+
+
+def test_incidents_of_a_store_without_them_are_folded_from_its_alerts(demo_db: Path, tmp_path: Path) -> None:
+    import shutil
+
+    import duckdb
+
+    db = tmp_path / "no-incidents.duckdb"
+    shutil.copy(demo_db, db)
+    con = duckdb.connect(str(db))
+    stored = con.execute("SELECT incident_id FROM incidents").fetchall()
+    con.execute("DELETE FROM incidents")
+    con.close()
+    assert stored
+    with_them = _run(["incidents", "--db", str(demo_db), "--json"], {})
+    folded = _run(["incidents", "--db", str(db), "--json"], {})
+    assert folded.returncode == 0, folded.stderr[-2000:]
+    assert (
+        folded.stderr.decode() == f"note: {db} holds no incidents; folded {len(stored)} from its alerts now\n"
+    )
+    assert [i["id"] for i in json.loads(folded.stdout)] == [i["id"] for i in json.loads(with_them.stdout)]
