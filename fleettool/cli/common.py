@@ -73,8 +73,7 @@ def open_store(
         )  # before loading duckdb: a bad path fails fast
     except StoreError as e:
         raise store_exit(e) from None
-    import _duckdb  # the errors (`duckdb.IOException` is `_duckdb.IOException`), without duckdb's Python layer
-
+    from fleettool.store.connection import engine  # duckdb's errors, without its Python layer
     from fleettool.store.db import Store
 
     try:
@@ -83,11 +82,11 @@ def open_store(
         raise store_exit(e) from None
     try:
         yield store
-    except (_duckdb.IOException, _duckdb.PermissionException, _duckdb.OutOfMemoryException) as e:
+    except (engine.IOException, engine.PermissionException, engine.OutOfMemoryException) as e:
         from fleettool.store.db import _classify
 
         raise store_exit(_classify(str(path), e)) from None
-    except _duckdb.Error as e:  # a damaged block met by the command's own query is exit 9, not a bug
+    except engine.Error as e:  # a damaged block met by the command's own query is exit 9, not a bug
         from fleettool.store.connection import _classify, is_damage
 
         if not is_damage(e):

@@ -7,10 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import _duckdb  # the engine's errors (`duckdb.Error` is `_duckdb.Error`; connection.connect loads the rest)
-
 from fleettool.store.bulk import BulkWrites
-from fleettool.store.connection import _classify, connect, is_damage
+from fleettool.store.connection import _classify, connect, engine, is_damage
 from fleettool.store.errors import NotFleettool, StoreCorrupt, StoreError, precheck
 from fleettool.store.schema import (
     CORE_TABLES,
@@ -60,7 +58,7 @@ class Store(TelemetryWrites, BulkWrites):
                 self._migrate()
             elif read_only and version < SCHEMA_VERSION:
                 self._migrate_in_memory()
-        except _duckdb.Error as e:
+        except engine.Error as e:
             self.con.close()
             raise _classify(self.path, e) from e
         except StoreError:
@@ -92,7 +90,7 @@ class Store(TelemetryWrites, BulkWrites):
             try:  # a plain scan: a lookup by key reads the primary key's index, more blocks that may be damaged
                 rows = self.con.execute("SELECT key::VARCHAR, value::VARCHAR FROM meta").fetchall()
                 meta = {str(k): str(v) for k, v in rows if k in (FORMAT_KEY, "schema_version")}
-            except _duckdb.Error as e:  # another program's `meta`, with other columns; or a damaged file
+            except engine.Error as e:  # another program's `meta`, with other columns; or a damaged file
                 if is_damage(e):
                     raise _classify(self.path, e) from e
                 meta = {}
