@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 import typer.main
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer._click import Context
 from typer._click.exceptions import BadParameter
 from typer._coercion import build_runtime_param
@@ -204,3 +206,228 @@ def test_a_plain_replay_imports_no_agent_module(tmp_path: Path) -> None:
     con = duckdb.connect(str(db), read_only=True)
     assert con.execute("SELECT count(*) FROM samples").fetchall() == [(2,)]
     con.close()
+
+
+def _cli_modules_after(argv: list[str]) -> list[str]:
+    """The command modules (fleettool.cli.*_cmd) in sys.modules after `fleettool ARGV` ran in a fresh interpreter."""
+    code = (
+        "import sys\n"
+        f"sys.argv = ['fleettool'] + {argv!r}\n"
+        "import fleettool.cli as c\n"
+        "try:\n"
+        "    c.main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith('fleettool.cli.') and m.endswith('_cmd')), "
+        "file=sys.stderr)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    return json.loads(p.stderr.strip().splitlines()[-1].replace("'", '"'))
+
+
+@pytest.mark.parametrize("argv", [["--help"], []])
+def test_root_help_imports_no_command_module(argv: list[str]) -> None:
+    """`fleettool --help` (and `fleettool` alone) lists the commands from LISTING: it builds none of them."""
+    assert _cli_modules_after(argv) == []
+
+
+def test_an_unknown_command_still_hears_of_every_name() -> None:
+    """The lazy root builds every command for a name it does not know: typer's suggestion sees them all."""
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.argv = ['fleettool', 'incidnets']; import fleettool.cli as c; c.main()",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 2
+    assert (
+        p.stderr
+        == "fleettool: No such command 'incidnets'. Did you mean 'incidents'? (see 'fleettool --help')\n"
+    )
+
+
+def test_listing_is_what_the_built_commands_say_at_every_width() -> None:
+    from typer._click.utils import make_default_short_help
+
+    from fleettool.cli import LISTING
+
+    full = typer.main.get_command(app)
+    built = [(n, c) for n, c in getattr(full, "commands", {}).items() if not c.hidden]
+    assert [n for n, _ in LISTING] == [n for n, _ in built]
+    for (name, text), (_, cmd) in zip(LISTING, built, strict=True):
+        for limit in range(1, 400):
+            assert make_default_short_help(text, limit) == cmd.get_short_help_str(limit), (name, limit)
+
+
+@pytest.mark.parametrize("width", [40, 80, 120, 200])
+def test_root_help_is_byte_for_byte_the_full_apps(width: int) -> None:
+    """The lazy root's help against the one of the app with every command built, at terminal widths."""
+    from fleettool.cli import _LazyGroup, _typer
+
+    def help_of(cmd: Any) -> str:
+        ctx = Context(cmd, info_name="fleettool", terminal_width=width)
+        return str(cmd.get_help(ctx))
+
+    lazy = typer.main.get_command(_typer(_LazyGroup))
+    assert isinstance(lazy, _LazyGroup) and not lazy.commands
+    assert help_of(lazy) == help_of(typer.main.get_command(app))
+    assert not lazy.commands  # the listing built nothing
+    assert lazy.get_command(Context(lazy), "gpus") is not None  # a name looked up is built, with its module's
+    assert sorted(lazy.commands) == ["events", "gpus", "nccl"]
+
+
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("demo") / "demo.duckdb"
+    p = subprocess.run(
+        [sys.executable, "-c", "import sys; from fleettool.cli import main; main()", "demo", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    return db
+
+
+READ = ["alerts", "events", "gpus", "incidents"]
+
+
+def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    import os
+
+    code = "import sys; from fleettool.cli import main; main()"
+    full = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}
+    return subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, env=full | env, timeout=120
+    )
+
+
+@pytest.mark.parametrize("cmd", READ)
+def test_a_read_command_loads_neither_duckdbs_python_layer_nor_rich(cmd: str, demo_db: Path) -> None:
+    """A read command connects through DuckDB's engine alone and prints a piped table without rich: neither
+    the `duckdb` package (its relations, Arrow sources, version lookup) nor rich is imported, nor socket
+    (the host name is for writers)."""
+    code = (
+        "import sys, io\n"
+        f"sys.argv = ['fleettool', {cmd!r}, '--db', {str(demo_db)!r}]\n"
+        "import fleettool.cli as c\n"
+        "out, sys.stdout = sys.stdout, io.StringIO()\n"
+        "try:\n"
+        "    c.main()\n"
+        "except SystemExit as e:\n"
+        "    code = e.code\n"
+        "table, sys.stdout = sys.stdout.getvalue(), out\n"
+        "print(code, len(table.splitlines()) > 1, sorted(m for m in ('duckdb', 'rich', 'socket') if m in sys.modules))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.stdout.strip().splitlines()[-1] == "0 True []", p.stdout + p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("columns", [None, "200", "120", "80", "40"])
+@pytest.mark.parametrize("cmd", READ)
+def test_a_read_commands_table_is_richs_byte_for_byte(cmd: str, columns: str | None, demo_db: Path) -> None:
+    """The demo store's tables, piped, printed without rich against rich's (FORCE_COLOR set empty: rich
+    renders it, unstyled as piped), at every width."""
+    env = {} if columns is None else {"COLUMNS": columns}
+    plain = _run([cmd, "--db", str(demo_db)], env)
+    rich = _run([cmd, "--db", str(demo_db)], env | {"FORCE_COLOR": ""})
+    assert plain.returncode == rich.returncode == 0, plain.stderr[-2000:] + rich.stderr[-2000:]
+    assert len(plain.stdout.splitlines()) > 1  # the header and rows
+    assert plain.stdout == rich.stdout
+
+
+def _table_lines(heads: list[str], grid: list[list[Any]], width: int | None, plain: bool) -> list[str]:
+    from fleettool.cli.output import FLEX_MIN, GAP, _cell, _plain_lines, _rich_lines
+    from fleettool.views import fit_columns
+
+    keep, sized = list(range(len(heads))), {}
+    if width is not None:
+        widths = [max(len(h), *(len(_cell(g[i])) for g in grid)) for i, h in enumerate(heads)]
+        keep, sized = fit_columns(heads, widths, width, (), flex_min=FLEX_MIN, gap=GAP)
+        if not sized:
+            return []  # rich squeezes: the plain path is not taken
+    return _plain_lines(heads, grid, keep, sized) if plain else _rich_lines(heads, grid, keep, sized, width)
+
+
+_CELL = st.one_of(
+    st.none(),
+    st.integers(-(10**12), 10**12),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=100),
+    st.booleans(),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ncols=st.integers(1, 7),
+    data=st.data(),
+    width=st.one_of(st.none(), st.integers(10, 250)),
+)
+def test_plain_table_lines_are_richs(ncols: int, data: st.DataObject, width: int | None) -> None:
+    """Any table of printable ASCII, piped or fitted to a width, laid out without rich as rich lays it out."""
+    heads = data.draw(
+        st.lists(
+            st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=12),
+            min_size=ncols,
+            max_size=ncols,
+        )
+    )
+    nrows = data.draw(st.integers(1, 5))
+    # columns of mixed kinds too: a column of numbers (None among them) is right-aligned, any other left
+    grid = [data.draw(st.lists(_CELL, min_size=ncols, max_size=ncols)) for _ in range(nrows)]
+    assert _table_lines(heads, grid, width, plain=True) == _table_lines(heads, grid, width, plain=False)
+
+
+def test_plain_table_cuts_long_cells_and_aligns_numbers_as_rich_does() -> None:
+    heads = ["n", "summary", "x"]
+    grid = [[1, "a" * 120, 2.5], [1234567, "b", None], [None, "c d  ", 1e-7]]
+    for width in (None, 40, 60, 120, 300):
+        lines = _table_lines(heads, grid, width, plain=True)
+        assert lines == _table_lines(heads, grid, width, plain=False)
+    assert _table_lines(heads, grid, None, plain=True)[1].endswith(
+        "a" * 79 + "…    2.5"
+    )  # X is as wide as 1e-07
+
+
+def test_incidents_of_a_store_with_incidents_imports_no_fold(demo_db: Path) -> None:
+    """The fold (and its inputs: topology, bursts, hashlib) is for a store with alerts and no incidents only."""
+    code = (
+        "import sys, io\n"
+        f"sys.argv = ['fleettool', 'incidents', '--db', {str(demo_db)!r}]\n"
+        "import fleettool.cli as c\n"
+        "out, sys.stdout = sys.stdout, io.StringIO()\n"
+        "try:\n"
+        "    c.main()\n"
+        "except SystemExit as e:\n"
+        "    code = e.code\n"
+        "sys.stdout = out\n"
+        "print(code, sorted(m for m in sys.modules if m.startswith('fleettool.incidents.')))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.stdout.strip().splitlines()[-1] == "0 ['fleettool.incidents.model']", p.stdout + p.stderr[-2000:]
+
+
+def test_incidents_of_a_store_without_them_are_folded_from_its_alerts(demo_db: Path, tmp_path: Path) -> None:
+    import shutil
+
+    import duckdb
+
+    db = tmp_path / "no-incidents.duckdb"
+    shutil.copy(demo_db, db)
+    con = duckdb.connect(str(db))
+    stored = con.execute("SELECT incident_id FROM incidents").fetchall()
+    con.execute("DELETE FROM incidents")
+    con.close()
+    assert stored
+    with_them = _run(["incidents", "--db", str(demo_db), "--json"], {})
+    folded = _run(["incidents", "--db", str(db), "--json"], {})
+    assert folded.returncode == 0, folded.stderr[-2000:]
+    assert (
+        folded.stderr.decode() == f"note: {db} holds no incidents; folded {len(stored)} from its alerts now\n"
+    )
+    assert [i["id"] for i in json.loads(folded.stdout)] == [i["id"] for i in json.loads(with_them.stdout)]

@@ -51,7 +51,7 @@ def alerts(
         raise typer.BadParameter(
             f"{state!r} is not a state (one of {', '.join(ALERT_STATES)})", param_hint="--state"
         )
-    with open_store(db, read_only=True) as store:
+    with open_store(db, read_only=True, sql_only=True) as store:
         rows = list_alerts(
             store,
             state=state or None,

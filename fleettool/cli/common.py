@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +22,8 @@ DEFAULT_DB = Path(os.environ.get("FLEETTOOL_DB", "fleettool.duckdb"))
 
 
 def hostname() -> str:
+    import socket  # here: a read command needs no network module (~4 ms of its start-up)
+
     return socket.gethostname().split(".")[0]
 
 
@@ -54,13 +55,14 @@ def store_exit(err: Exception) -> typer.Exit:
 
 @contextmanager
 def open_store(
-    path: Path, *, read_only: bool, create: bool = True, say_created: bool = False
+    path: Path, *, read_only: bool, create: bool = True, say_created: bool = False, sql_only: bool = False
 ) -> Iterator[Store]:
     """The store for one command. A reader never creates the file; create=False for a writer that needs an
     existing store (an ack needs its alert); say_created for a writer whose new store a user may not expect
     (a lifecycle move, a burn-in: a note on stderr names the file). I/O errors while the command works on it
     (disk full, the file vanished) are exit 6; any other DuckDB error is a bug and reaches the internal-error
-    handler."""
+    handler. sql_only: the command only runs SQL and fetches rows (a read command: fleettool/store/connection.py
+    `connect`)."""
     from fleettool.store.errors import StoreError, precheck
 
     new = not read_only and create and not path.exists()
@@ -71,21 +73,20 @@ def open_store(
         )  # before loading duckdb: a bad path fails fast
     except StoreError as e:
         raise store_exit(e) from None
-    import duckdb
-
+    from fleettool.store.connection import engine  # duckdb's errors, without its Python layer
     from fleettool.store.db import Store
 
     try:
-        store = Store(path, read_only=read_only, create=create)
+        store = Store(path, read_only=read_only, create=create, sql_only=sql_only)
     except StoreError as e:
         raise store_exit(e) from None
     try:
         yield store
-    except (duckdb.IOException, duckdb.PermissionException, duckdb.OutOfMemoryException) as e:
+    except (engine.IOException, engine.PermissionException, engine.OutOfMemoryException) as e:
         from fleettool.store.db import _classify
 
         raise store_exit(_classify(str(path), e)) from None
-    except duckdb.Error as e:  # a damaged block met by the command's own query is exit 9, not a bug
+    except engine.Error as e:  # a damaged block met by the command's own query is exit 9, not a bug
         from fleettool.store.connection import _classify, is_damage
 
         if not is_damage(e):

@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY ts DESC NULLS LAST LIMIT ?"
         params.append(limit)
-        with open_store(db, read_only=True) as store:
+        with open_store(db, read_only=True, sql_only=True) as store:
             rows = store.query(sql, params)
         cols = ("ts", "node", "gpu", "uuid", "pci_bus_id", "kind", "code", "message", "source")
         out = [with_iso({c: r[c] for c in cols} | _pci(r), "ts") for r in rows]
@@ -133,7 +133,7 @@ def register(app: typer.Typer) -> None:
 
         Example: fleettool gpus --db fleet.duckdb
         """
-        with open_store(db, read_only=True) as store:
+        with open_store(db, read_only=True, sql_only=True) as store:
             rows = store.query(
                 "SELECT node, gpu, uuid, pci_bus_id, model, driver, serial, first_seen, last_seen FROM gpus "
                 "ORDER BY node, gpu"

@@ -14,7 +14,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import duckdb
+try:  # DuckDB's engine (C extension): connect, the connection, the errors; `duckdb` re-exports them
+    import _duckdb as engine
+except ImportError:  # an older duckdb keeps its engine inside the package (duckdb.duckdb): use the package
+    import duckdb as engine  # type: ignore[no-redef]
 
 from fleettool.store.errors import NotFleettool, StoreCorrupt, StoreDamaged, StoreError, StoreLocked
 
@@ -44,7 +47,7 @@ def is_damage(err: BaseException) -> bool:
 def is_out_of_memory(err: BaseException) -> bool:
     """Whether a DuckDB error is its memory limit reached (the agent's is small: a query of another connection
     to the same database, a reader, counts against it too); the query can be tried again."""
-    return isinstance(err, duckdb.OutOfMemoryException)
+    return isinstance(err, engine.OutOfMemoryException)
 
 
 def _classify(path: str, err: Exception) -> StoreError:
@@ -68,14 +71,21 @@ def _classify(path: str, err: Exception) -> StoreError:
     return StoreError(f"{path}: {msg}")
 
 
-def connect(path: str, *, read_only: bool, wait_s: float = 5.0) -> duckdb.DuckDBPyConnection:
-    """Open the file, retrying for up to wait_s while another process holds the lock."""
+def connect(
+    path: str, *, read_only: bool, wait_s: float = 5.0, sql_only: bool = False
+) -> engine.DuckDBPyConnection:
+    """Open the file, retrying for up to wait_s while another process holds the lock. sql_only: the caller only
+    runs SQL and fetches rows (a read command), so duckdb's Python layer (relations, Arrow scans, its version
+    lookup: ~45 ms of imports) is not loaded; the connection is the same class, and gets that layer's methods
+    if anything in the process imports `duckdb` later."""
+    if not sql_only:
+        import duckdb  # noqa: F401  the package's Python layer: con.sql, relations, Arrow scans (writers, export)
     deadline = time.monotonic() + wait_s
     delay = 0.005
     while True:
         try:
-            return duckdb.connect(path, read_only=read_only)
-        except duckdb.Error as e:
+            return engine.connect(path, read_only=read_only)
+        except engine.Error as e:
             err = _classify(path, e)
             if not isinstance(err, StoreLocked) or time.monotonic() >= deadline:
                 raise err from e
@@ -87,7 +97,7 @@ class Connection:
     """An open DuckDB connection with the primitives the store's modules build on. The SQL that changes data
     lives in fleettool/store/ only: other layers call the store's named functions, not execute()."""
 
-    con: duckdb.DuckDBPyConnection
+    con: engine.DuckDBPyConnection
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
         """Run one statement and drop its result (fetchall: leave no result open)."""
@@ -110,6 +120,8 @@ class Connection:
 
     def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """The rows of a query as one Arrow table (what Parquet export writes)."""
+        import duckdb  # noqa: F401  con.sql is the package's (a connection opened sql_only has it then too)
+
         return self.con.sql(sql, params=list(params or [])).to_arrow_table()
 
     def limit_resources(self, memory_limit: str, threads: int) -> None:

@@ -7,10 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import duckdb
-
 from fleettool.store.bulk import BulkWrites
-from fleettool.store.connection import _classify, connect, is_damage
+from fleettool.store.connection import _classify, connect, engine, is_damage
 from fleettool.store.errors import NotFleettool, StoreCorrupt, StoreError, precheck
 from fleettool.store.schema import (
     CORE_TABLES,
@@ -43,22 +41,24 @@ class Store(TelemetryWrites, BulkWrites):
         wait_s: float = 5.0,
         migrate: bool = True,
         create: bool = True,
+        sql_only: bool = False,
     ) -> None:
         """Open a fleettool store. A new or empty file gets the schema; an existing store is upgraded when
         opened read-write with migrate; any other file is refused (NotFleettool) before anything is written.
-        create=False: a write command that needs an existing store (an ack needs its alert)."""
+        create=False: a write command that needs an existing store (an ack needs its alert). sql_only: the
+        caller only runs SQL and fetches rows (connection.connect)."""
         self.path = str(path)
         self.read_only = read_only
         if self.path != ":memory:":
             precheck(self.path, read_only=read_only, create=create)
-        self.con = connect(self.path, read_only=read_only, wait_s=wait_s)
+        self.con = connect(self.path, read_only=read_only, wait_s=wait_s, sql_only=sql_only)
         try:
             kind, version = self._identify()
             if not read_only and (migrate or kind != "ours"):
                 self._migrate()
             elif read_only and version < SCHEMA_VERSION:
                 self._migrate_in_memory()
-        except duckdb.Error as e:
+        except engine.Error as e:
             self.con.close()
             raise _classify(self.path, e) from e
         except StoreError:
@@ -90,7 +90,7 @@ class Store(TelemetryWrites, BulkWrites):
             try:  # a plain scan: a lookup by key reads the primary key's index, more blocks that may be damaged
                 rows = self.con.execute("SELECT key::VARCHAR, value::VARCHAR FROM meta").fetchall()
                 meta = {str(k): str(v) for k, v in rows if k in (FORMAT_KEY, "schema_version")}
-            except duckdb.Error as e:  # another program's `meta`, with other columns; or a damaged file
+            except engine.Error as e:  # another program's `meta`, with other columns; or a damaged file
                 if is_damage(e):
                     raise _classify(self.path, e) from e
                 meta = {}
