@@ -39,23 +39,23 @@ NEW = next(r for r in load_rules() if r.alert == "NvlinkLinksFewer")
 OLD = dataclasses.replace(NEW, params={**NEW.params, "query": OLD_QUERY})
 DAY, HOUR = 86400.0, 3600.0
 T0 = 1_800_000_000.0 + 1234.5  # not on an hour: the look-back's edges fall inside hours
-SPAN = 8.5 * DAY  # longer than the 7-day look-back
+SPAN = 8.17 * DAY  # longer than the 7-day look-back
 LIVE = 8.0 * DAY  # from here on the agent writes and judges minute by minute
 NODE = "nv-1"
 
 
 def links(gpu: int, t: float) -> float | None:
     """GPU `gpu`'s active-link count at T0 + t (None: no sample, the node was down)."""
-    if gpu == 0:  # 18 for 8 days, 16 for 90 minutes, back up to 18
-        return 16.0 if 8.2 * DAY <= t < 8.2 * DAY + 90 * 60 else 18.0
+    if gpu == 0:  # 18 for 8 days, 16 for 45 minutes, back up to 18
+        return 16.0 if 8.06 * DAY <= t < 8.06 * DAY + 45 * 60 else 18.0
     if gpu == 1:  # a drop within the first hour: 18 for 20 minutes, then 17 for good
         return 18.0 if t < 20 * 60 else 17.0
-    if gpu == 2:  # 8 by design; a 3-hour gap; then 7 for 30 minutes
-        if 8.05 * DAY <= t < 8.05 * DAY + 3 * HOUR:
+    if gpu == 2:  # 8 by design; a 1-hour gap; then 7 for 20 minutes
+        if 8.01 * DAY <= t < 8.01 * DAY + HOUR:
             return None
-        return 7.0 if 8.3 * DAY <= t < 8.3 * DAY + 30 * 60 else 8.0
+        return 7.0 if 8.11 * DAY <= t < 8.11 * DAY + 20 * 60 else 8.0
     # 16, with 18 for 40 minutes on day 1: the agent's look-back edge sweeps over it while it judges day 8
-    return 18.0 if 1.1 * DAY <= t < 1.1 * DAY + 40 * 60 else 16.0
+    return 18.0 if 1.0 * DAY <= t < 1.0 * DAY + 40 * 60 else 16.0
 
 
 def samples(t0: float, t1: float) -> list[Sample]:
@@ -142,7 +142,7 @@ def test_whole_history_same_alerts_as_reading_every_raw_row(whole: Path) -> None
 
 def test_incremental_as_the_agent_runs(tmp_path: Path) -> None:
     """The agent's way: an hour a flush for 8 days, then a flush and a judgement every minute, the scheduler
-    restarted half way, the node down for 3 hours; each minute's observations and the alerts written are those of
+    restarted after 90 minutes, GPU 2 silent for an hour; each minute's observations and the alerts written are those of
     the query that read every raw row."""
     dbs = {name: tmp_path / f"{name}.duckdb" for name in ("new", "old")}
     stores = {name: Store(p) for name, p in dbs.items()}
@@ -165,7 +165,7 @@ def test_incremental_as_the_agent_runs(tmp_path: Path) -> None:
             compared += 1
             for name, st in stores.items():
                 scheds[name].run(st, now)
-            if t == LIVE + 4 * HOUR:  # the agent restarts: a new scheduler, the same store
+            if t == LIVE + 1.5 * HOUR:  # the agent restarts: a new scheduler, the same store
                 scheds = {"new": RuleScheduler([NEW]), "old": RuleScheduler([OLD])}
             t += 60
         for name, st in stores.items():
@@ -178,7 +178,7 @@ def test_incremental_as_the_agent_runs(tmp_path: Path) -> None:
         }
         assert got["new"] == got["old"]
         assert {r[1] for r in got["new"]} == {0, 2, 3}  # GPU 1's drop left the 7-day look-back long ago
-        assert compared == int((SPAN - LIVE) / 60)
+        assert compared == -(-(SPAN - LIVE) // 60)  # every minute of it
         assert peaks(stores["new"]) == recomputed(stores["new"])
     finally:
         for st in stores.values():
@@ -246,7 +246,7 @@ def test_every_writer_keeps_the_peaks_exact(tmp_path: Path, whole: Path) -> None
         # the agent's rows, late ones into an old hour included; readers' Arrow tables; a `--down` drop
         st.write_samples([Sample(T0 + 2 * DAY + 5, NODE, 1, "GPU-1", "nvlink_links_active", 30.0)])
         st.write_samples(arrow([Sample(T0 + 6 * DAY + 5, NODE, 2, "GPU-2", "nvlink_links_active", 31.0)]))
-        st.drop_samples_between(T0 + 8.2 * DAY - 600, T0 + 8.2 * DAY + 4000)
+        st.drop_samples_between(T0 + 8.06 * DAY - 600, T0 + 8.06 * DAY + 4000)
         assert peaks(st) == recomputed(st)
         # retention: raw rows rolled up (an hour's peak kept), old rollups dropped mid-hour
         st.apply_retention(T0 + 9 * DAY, 1 * DAY, 8.2 * DAY - 1800)
