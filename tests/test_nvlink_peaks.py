@@ -24,6 +24,7 @@ from fleettool.model import Sample
 from fleettool.store import Store
 from fleettool.store.peaks import PEAKS_SELECT
 from fleettool.store.salvage import salvage
+from fleettool.store.values import db_time
 
 # the rule's query before peak_1h (rules/nvlink.yaml at e88080b): every raw row of [$start - 7 days, $end]
 OLD_QUERY = """SELECT node, gpu, ts, coalesce(value < prior, false) AS active, value FROM (
@@ -251,7 +252,12 @@ def test_every_writer_keeps_the_peaks_exact(tmp_path: Path, whole: Path) -> None
         # retention: raw rows rolled up (an hour's peak kept), old rollups dropped mid-hour
         st.apply_retention(T0 + 9 * DAY, 1 * DAY, 8.2 * DAY - 1800)
         assert peaks(st) == recomputed(st)
+        # rollups kept for less time than raw rows: the raw rows' hours keep their peaks
+        st.apply_retention(T0 + 9 * DAY, 3 * DAY, 0.5 * DAY)
+        assert peaks(st) == recomputed(st)
+        assert st.scalar("SELECT count(*) FROM samples WHERE ts < ?", [db_time(T0 + 8.5 * DAY)]) > 0
         before = len(peaks(st))
+        assert before >= 4 * 4  # 4 GPUs, the hours of raw rows left
     # a schema 8 store: the read-write open fills them once; a reader sees them in memory
     _v8(db)
     with Store(db, read_only=True) as ro:

@@ -340,9 +340,11 @@ class TelemetryWrites(PeakWrites):
             ).fetchall()[0]
             self.con.execute("DELETE FROM samples WHERE ts < ?", [cutoff]).fetchall()
             dropped = self.con.execute("DELETE FROM samples_1m WHERE minute < ?", [old]).fetchall()[0]
-            # rolling up keeps every hour's peak (a minute lies in its hour); the dropped rollups take theirs
-            self.execute("DELETE FROM peak_1h WHERE hour < date_trunc('hour', ?::TIMESTAMP)", [old])
-            self.refresh_peaks(old, old)
+            # rolling up keeps every hour's peak (a minute lies in its hour); the hours of the dropped rollups
+            # again from what is left there (raw rows kept longer than rollups stay in their hours' peaks)
+            first = self.scalar("SELECT min(hour) FROM peak_1h")
+            if first is not None and first < old:
+                self.refresh_peaks(first, old)
             self.commit()
         except Exception:
             self.rollback()
