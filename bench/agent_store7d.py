@@ -225,6 +225,10 @@ def generate(
         con.execute("CHECKPOINT")
     finally:
         con.close()
+    with Store(
+        out
+    ) as st:  # written past the Store's writers: its hourly peaks (store/peaks.py) from the samples
+        st.rebuild_peaks()
     return {
         "raw_rows": int(raw_rows),
         "rollup_rows": int(roll_rows),

@@ -4,6 +4,8 @@ that writes SQL which changes data or schema; every other layer calls these modu
   db.py          Store: open a file, recognise it, create or upgrade the schema (schema.py)
   connection.py  the lock-retrying connect and the execute/query/scalar/arrow/transaction primitives
   telemetry.py   samples, events, the GPU inventory and pods, NCCL runs, the ingest ledger, retention
+  peaks.py       each GPU's hourly peak of a few metrics (peak_1h), recomputed by every sample writer
+  bulk.py        a stream of sample batches in one INSERT (replay's ingest)
   alerts.py      the alerts table: put_alert, and list_alerts, the one alerts query (AlertOrder.TRIAGE)
   silences.py    silences and acknowledgements, and how they annotate alert rows
   burnin.py      burn-in results          baselines.py  fleet baselines per SKU and driver

@@ -42,8 +42,12 @@ def attach(store: Store, table: str, source: str, *, have: set[str], copy: bool,
     if copy:
         order = f" ORDER BY {order_by}" if order_by else ""
         store.execute(f"INSERT INTO {table} SELECT {select} FROM {source}{order}")
-        return
-    store.execute(f"DROP TABLE {table}")
-    if table == "events":  # the event rules order ties by the stored order (a table's rowid): a view has none
-        select += ", row_number() OVER () - 1 AS rowid"
-    store.execute(f"CREATE VIEW {table} AS SELECT {select} FROM {source}")
+    else:
+        store.execute(f"DROP TABLE {table}")
+        if (
+            table == "events"
+        ):  # the event rules order ties by the stored order (a table's rowid): a view has none
+            select += ", row_number() OVER () - 1 AS rowid"
+        store.execute(f"CREATE VIEW {table} AS SELECT {select} FROM {source}")
+    if table in ("samples", "samples_1m"):  # the hourly peaks of what is now there (store/peaks.py)
+        store.rebuild_peaks()

@@ -14,13 +14,13 @@ import contextlib
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from fleettool.store.connection import Connection
+from fleettool.store.peaks import PeakWrites
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 
-class BulkWrites(Connection):
+class BulkWrites(PeakWrites):
     """Writes of whole streams. Mixed into Store."""
 
     def write_sample_batches(self, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> int:
@@ -39,6 +39,7 @@ class BulkWrites(Connection):
                 raise
 
         reader = pa.RecordBatchReader.from_batches(schema, guarded())
+        mark = int(self.scalar("SELECT coalesce(max(rowid), -1) FROM samples"))  # rows after it are these
         self.con.register("_incoming_sample_stream", reader)
         try:
             rows = self.con.execute(
@@ -54,6 +55,9 @@ class BulkWrites(Connection):
                 self.con.unregister("_incoming_sample_stream")
         if raised:  # the stream ended on an error DuckDB did not pass on
             raise raised[0]
+        self.refresh_peaks(
+            *self.peak_span("rowid > ?", [mark])
+        )  # the hours these rows touched (store/peaks.py)
         return int(rows[0][0]) if rows else 0
 
     def events_mark(self) -> int:

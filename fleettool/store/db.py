@@ -16,6 +16,7 @@ from fleettool.store.schema import (
     FORMAT,
     FORMAT_KEY,
     KNOWN_TABLES,
+    PEAKS_SINCE,
     SCHEMA_VERSION,
     UPGRADES,
 )
@@ -55,7 +56,7 @@ class Store(TelemetryWrites, BulkWrites):
         try:
             kind, version = self._identify()
             if not read_only and (migrate or kind != "ours"):
-                self._migrate()
+                self._migrate(version)
             elif read_only and version < SCHEMA_VERSION:
                 self._migrate_in_memory()
         except engine.Error as e:
@@ -122,6 +123,8 @@ class Store(TelemetryWrites, BulkWrites):
         for stmt in DDL:
             if (m := _CREATE.match(stmt)) is not None and m.group(1) not in have:
                 self.con.execute(_CREATE.sub(r"CREATE TEMP TABLE \1", stmt, count=1))
+        if "peak_1h" not in have:  # the hourly peaks the rules read, from the file's samples (store/peaks.py)
+            self.rebuild_peaks()
         for table, cols in _ADDED.items():
             if table not in have:
                 continue
@@ -132,12 +135,14 @@ class Store(TelemetryWrites, BulkWrites):
                     f'CREATE TEMP VIEW {table} AS SELECT *, {", ".join(missing)} FROM "{db}".main.{table}'
                 )
 
-    def _migrate(self) -> None:
-        """Create or upgrade the schema, and mark the file as fleettool's, in one transaction."""
+    def _migrate(self, version: int = SCHEMA_VERSION) -> None:
+        """Create or upgrade the schema from `version`, and mark the file as fleettool's, in one transaction."""
         self.con.execute("BEGIN TRANSACTION")
         try:
             for stmt in (*DDL, *UPGRADES):
                 self.con.execute(stmt)
+            if version < PEAKS_SINCE:  # once: the hourly peaks of the samples it already holds
+                self.rebuild_peaks()
             self.con.execute(
                 "INSERT OR REPLACE INTO meta VALUES ('schema_version', ?), (?, ?)",
                 [str(SCHEMA_VERSION), FORMAT_KEY, FORMAT],

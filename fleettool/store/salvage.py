@@ -182,6 +182,8 @@ def salvage(path: Path, out: Path | None = None, *, now: float | None = None) ->
         con.execute("DETACH fresh")
     finally:
         con.close()
+    with Store(out) as fresh:  # the hourly peaks of the samples that were saved, not of those lost
+        fresh.rebuild_peaks()
     return res
 
 

@@ -2,7 +2,7 @@
 
 import re
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # The marker that makes a DuckDB file a fleettool store: this row in `meta`. Stores written before the marker
 # existed are recognised by their shape (a `meta` table with a schema_version row, and no table fleettool never
@@ -102,7 +102,18 @@ DDL = [
     """CREATE TABLE IF NOT EXISTS ingests (
         digest VARCHAR PRIMARY KEY, path VARCHAR, format VARCHAR, node VARCHAR, rows BIGINT,
         issues INTEGER, ingested_at TIMESTAMP)""",
+    # version 9: each GPU's hourly peak of the PEAK_METRICS (raw samples and rollups of [hour, hour + 1 h)), kept
+    # by every sample writer (store/peaks.py): a look-back maximum over days reads one row an hour
+    """CREATE TABLE IF NOT EXISTS peak_1h (
+        hour TIMESTAMP NOT NULL, node VARCHAR NOT NULL, gpu SMALLINT, metric VARCHAR NOT NULL,
+        vmax DOUBLE NOT NULL)""",
 ]
+
+# the metrics whose hourly peaks peak_1h keeps: NvlinkLinksFewer's (rules/nvlink.yaml), compared with each GPU's
+# own maximum over the 7 days before its window
+PEAK_METRICS = ("nvlink_links_active",)
+# the schema version that added peak_1h: a store upgraded from before it is filled from its samples once
+PEAKS_SINCE = 9
 
 # data upgrades, idempotent, run with the DDL at every read-write open: PCI ids in nvidia-smi's form
 # (`00000000:48:00.0`), where stores before it held the short key (`0000:48:00`) in events and gpus

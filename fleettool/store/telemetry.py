@@ -8,12 +8,14 @@ pyarrow or numpy (about 40 MiB of its resident memory; bench/agent_overhead.py).
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fleettool.model import Event, GpuInfo, PodUse, Sample, canonical_pci_bus_id
-from fleettool.store.connection import Connection
+from fleettool.store.peaks import PeakWrites
+from fleettool.store.schema import PEAK_METRICS
 from fleettool.store.values import db_time, dumps_evidence
 
 if TYPE_CHECKING:
@@ -37,6 +39,9 @@ _NCCL_ROW_COLUMNS = (
 )
 
 
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
 def _micros(t: float | None) -> int | None:
     """Unix seconds -> whole microseconds (what make_timestamp takes), rounded as the Arrow path rounds."""
     return None if t is None else int(round(t * 1e6))
@@ -54,7 +59,7 @@ _EVENT_ROWS = (
 )
 
 
-class TelemetryWrites(Connection):
+class TelemetryWrites(PeakWrites):
     """Writes of what collectors and readers produce. Mixed into Store."""
 
     def write_samples(self, table: pa.Table | Sequence[Sample]) -> int:
@@ -74,6 +79,12 @@ class TelemetryWrites(Connection):
                     [s.value for s in rows],
                 ],
             )
+            peaks = [m for s in rows if s.metric in PEAK_METRICS and (m := _micros(s.ts)) is not None]
+            if peaks:  # the hours they fall in (store/peaks.py), at the microsecond the INSERT stored
+                self.refresh_peaks(
+                    _EPOCH + dt.timedelta(microseconds=min(peaks)),
+                    _EPOCH + dt.timedelta(microseconds=max(peaks)),
+                )
             return len(rows)
         if table.num_rows == 0:
             return 0
@@ -82,6 +93,11 @@ class TelemetryWrites(Connection):
             self.con.execute(
                 "INSERT INTO samples SELECT ts, node, gpu, uuid, metric, sub, value FROM _incoming_samples"
             )
+            names = list(PEAK_METRICS)
+            span = self.con.execute(
+                "SELECT min(ts), max(ts) FROM _incoming_samples WHERE metric IN (SELECT unnest(?))", [names]
+            ).fetchone()
+            self.refresh_peaks(*(span or (None, None)))
         finally:
             self.con.unregister("_incoming_samples")
         return int(table.num_rows)
@@ -303,6 +319,7 @@ class TelemetryWrites(Connection):
         ):
             got = self.con.execute(sql, [db_time(start), db_time(end)]).fetchall()
             n += int(got[0][0]) if got else 0
+        self.refresh_peaks(db_time(start), db_time(end))
         return n
 
     # -- retention ----------------------------------------------------------------------------------------
@@ -323,6 +340,11 @@ class TelemetryWrites(Connection):
             ).fetchall()[0]
             self.con.execute("DELETE FROM samples WHERE ts < ?", [cutoff]).fetchall()
             dropped = self.con.execute("DELETE FROM samples_1m WHERE minute < ?", [old]).fetchall()[0]
+            # rolling up keeps every hour's peak (a minute lies in its hour); the hours of the dropped rollups
+            # again from what is left there (raw rows kept longer than rollups stay in their hours' peaks)
+            first = self.scalar("SELECT min(hour) FROM peak_1h")
+            if first is not None and first < old:
+                self.refresh_peaks(first, old)
             self.commit()
         except Exception:
             self.rollback()
