@@ -36,6 +36,7 @@ VARIANTS: dict[str, tuple[str, list[str], bool]] = {
     "alloc-bg-threads": ("allocator_background_threads=true", [], False),
     "memory-32MB": ("memory_limit=32MB", [], False),
     "memory-8MB": ("memory_limit=8MB", [], False),
+    "memory-12MB": ("memory_limit=12MB", [], False),
     "flush-15s": ("", ["--flush=15s"], False),
     "max-buffer-4MiB": ("", ["--max-buffer=4MiB"], False),
     "writer-process": ("", [], True),
@@ -200,13 +201,15 @@ def rule_pass_child(db: Path, mode: str, sets: str) -> None:
 
 
 def rule_pass(a: argparse.Namespace) -> None:
-    """The first rule pass alone, in fresh processes: as the agent runs it, with a trim between rules, with the
-    allocator settings; each on its own copy of the cached 7-day store."""
+    """The first rule pass alone, in fresh processes: as the agent runs it, with a trim between rules, with an
+    allocator setting, at other memory limits; each on its own copy of the cached 7-day store."""
     import shutil
 
     src = sorted(a.cache_dir.glob("store-*.duckdb"), key=lambda p: p.stat().st_mtime)[-1]
     res = []
-    for mode, sets in (("as-is", ""), ("trim", ""), ("as-is", "allocator_flush_threshold=4MB")) * a.repeat:
+    modes = [("as-is", ""), ("trim", ""), ("as-is", "allocator_flush_threshold=4MB")]
+    modes += [("as-is", f"memory_limit={m}") for m in ("10MB", "12MB", "32MB")]
+    for mode, sets in modes * a.repeat:
         with tempfile.TemporaryDirectory() as td:
             db = Path(td) / "s.duckdb"
             shutil.copyfile(src, db)
@@ -216,9 +219,8 @@ def rule_pass(a: argparse.Namespace) -> None:
                 text=True,
                 check=False,
             )
-            line = p.stdout.strip().splitlines()[-1:] or [
-                json.dumps({"mode": mode, "error": p.stderr[-500:]})
-            ]
+            err = {"mode": mode, "sets": sets, "error": (p.stderr.strip().splitlines() or [""])[-1][:300]}
+            line = p.stdout.strip().splitlines()[-1:] or [json.dumps(err)]
             print(line[0], flush=True)
             res.append(json.loads(line[0]))
     if a.json:
