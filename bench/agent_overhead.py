@@ -31,6 +31,11 @@ every rule) it measures both processes over --seconds of wall time, reading /pro
   the agent imported, which module pulled each heavy one in, and what was imported inside the window;
 - once a second, each process's CPU and RSS (the JSON's timelines): the window's quiet seconds (collection,
   /metrics) are summed apart from its spikes (flushes, rule minutes).
+- once a second, /proc/PID/smaps_rollup (RSS, PSS, anonymous, file-backed) of the agent and, with --children, of
+  its child processes (a writer process: their CPU is summed), and at the window's end the node-unique memory
+  (anonymous plus each file's resident pages counted once across those processes);
+- with --cgroup, the agent in a memory cgroup of its own (v2, or v1's memory controller) and the store copy
+  dropped from the page cache first: usage, peak, the kubelet's working set; --cgroup-limit sets its limit.
 Then SIGTERM, the agent's exit line and status, and the store's counts (an alert on this healthy node would be
 a finding). `ratio` is agent / bare for CPU and peak RSS; `goals` checks 0.5 % of a core, 100 MiB and 2x.
 --cprofile runs the agent under cProfile for where its main thread's time goes (flushes, rules; the
