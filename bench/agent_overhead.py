@@ -788,6 +788,12 @@ def main() -> None:  # noqa: C901, PLR0915 - one linear script
     ap.add_argument("--fleettool", default=None, help="command that runs fleettool (default: next to python)")
     ap.add_argument("--agent-arg", action="append", default=[], help="extra agent argument (repeatable)")
     ap.add_argument(
+        "--agent-env",
+        action="append",
+        default=[],
+        help="NAME=VALUE in the agent's environment only (repeatable)",
+    )
+    ap.add_argument(
         "--no-import-log", action="store_true", help="run the agent without PYTHONPROFILEIMPORTTIME"
     )
     ap.add_argument(
@@ -957,6 +963,9 @@ def main() -> None:  # noqa: C901, PLR0915 - one linear script
         env = dict(os.environ)
         if not a.no_import_log:
             env["PYTHONPROFILEIMPORTTIME"] = "1"
+        for kv in a.agent_env:
+            k, _, v = kv.partition("=")
+            env[k] = v
         plan = work / "bare-plan.json"
         plan.write_text(json.dumps(bare_plan(a.source, snap)))
         bare_cmd = [sys.executable, str(BENCH / "nvml_bare.py"), "--plan", str(plan)] + (
