@@ -110,7 +110,13 @@ def run(name: str, a: argparse.Namespace) -> Path:
         f"[agent-memory] {name}: {sets or ''} {' '.join(args)}{' writer process' if writer else ''}",
         flush=True,
     )
-    subprocess.run(cmd, env=env, check=False)
+    try:
+        subprocess.run(cmd, env=env, check=False)
+    finally:
+        if name in COLD_LIB:
+            import shutil
+
+            shutil.rmtree(lib, ignore_errors=True)
     return out
 
 
