@@ -156,7 +156,8 @@ def row(name: str, d: dict[str, Any]) -> dict[str, Any]:
 
 
 def table(d: Path) -> str:
-    rows = [row(p.stem, json.loads(p.read_text())) for p in sorted(d.glob("*.json"))]
+    runs = [(p.stem, json.loads(p.read_text())) for p in sorted(d.glob("*.json"))]
+    rows = [row(name, run) for name, run in runs if isinstance(run, dict)]  # rule-pass.json is a list
     order = list(VARIANTS)
     rows.sort(key=lambda r: order.index(r["variant"]) if r["variant"] in order else 99)
     head = (
