@@ -31,6 +31,11 @@ every rule) it measures both processes over --seconds of wall time, reading /pro
   the agent imported, which module pulled each heavy one in, and what was imported inside the window;
 - once a second, each process's CPU and RSS (the JSON's timelines): the window's quiet seconds (collection,
   /metrics) are summed apart from its spikes (flushes, rule minutes).
+- once a second, /proc/PID/smaps_rollup (RSS, PSS, anonymous, file-backed) of the agent and, with --children, of
+  its child processes (a writer process: their CPU is summed), and at the window's end the node-unique memory
+  (anonymous plus each file's resident pages counted once across those processes);
+- with --cgroup, the agent in a memory cgroup of its own (v2, or v1's memory controller) and the store copy
+  dropped from the page cache first: usage, peak, the kubelet's working set; --cgroup-limit sets its limit.
 Then SIGTERM, the agent's exit line and status, and the store's counts (an alert on this healthy node would be
 a finding). `ratio` is agent / bare for CPU and peak RSS; `goals` checks 0.5 % of a core, 100 MiB and 2x.
 --cprofile runs the agent under cProfile for where its main thread's time goes (flushes, rules; the
@@ -90,6 +95,166 @@ def proc_status(pid: int) -> dict[str, float]:
             if k in ("VmHWM", "VmRSS", "Threads"):
                 out[k] = float(v.split()[0]) / (1024 if k != "Threads" else 1)
     return out
+
+
+def tree_pids(pid: int) -> list[int]:
+    """The process and its descendants (/proc/PID/task/TID/children), parent first."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop(0)
+        out.append(p)
+        try:
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except OSError:
+            continue
+    return out
+
+
+def smaps_rollup(pid: int) -> dict[str, float]:
+    """RSS, PSS (shared pages divided among the processes mapping them), anonymous and file-backed (RSS less
+    anonymous: the libraries' code, mapped files, shmem) in MiB, from /proc/PID/smaps_rollup."""
+    got: dict[str, float] = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in ("Rss", "Pss", "Anonymous"):
+                    got[k.lower()] = float(v.split()[0]) / 1024
+    except OSError:
+        return {}
+    got["file"] = got.get("rss", 0.0) - got.get("anonymous", 0.0)
+    return {k: round(v, 1) for k, v in got.items()}
+
+
+def smaps_split(pid: int) -> tuple[float, dict[str, float]]:
+    """Anonymous MiB, and file-backed resident MiB by file (/proc/PID/smaps)."""
+    anon, files, cur = 0.0, {}, ""
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                head = line.split()
+                if head and re.match(r"^[0-9a-f]+-[0-9a-f]+$", head[0]):
+                    cur = head[5] if len(head) > 5 and head[5].startswith("/") else ""
+                elif head and head[0] == "Rss:" and cur:
+                    files[cur] = files.get(cur, 0.0) + float(head[1]) / 1024
+                elif head and head[0] == "Anonymous:":
+                    kb = float(head[1]) / 1024
+                    anon += kb
+                    if cur:
+                        files[cur] -= kb  # a file mapping's private copies (its .data) are anonymous
+    except OSError:
+        pass
+    return anon, files
+
+
+def node_unique(pids: list[int]) -> dict[str, float]:
+    """The processes' memory with each file's pages counted once (the largest resident part of that file in any of
+    them): what their pod's cgroup is charged for them when the pod first touched those files. PSS divides
+    shared pages among every process on the machine that maps them (the bench, other users' Pythons), RSS counts
+    them once per process; this counts them once per node."""
+    anon, files = 0.0, {}
+    for pid in pids:
+        a, fs = smaps_split(pid)
+        anon += a
+        for k, v in fs.items():
+            files[k] = max(files.get(k, 0.0), v)
+    return {
+        "anonymous": round(anon, 1),
+        "file": round(sum(files.values()), 1),
+        "total": round(anon + sum(files.values()), 1),
+    }
+
+
+class MemCgroup:
+    """A memory cgroup of the agent's own (v2, or v1's memory controller) when this machine lets us make one:
+    what a Kubernetes limit is checked against (anonymous memory and page cache charged to it) and the
+    kubelet's working set (usage less inactive_file)."""
+
+    def __init__(self, name: str, limit_mib: float | None = None) -> None:
+        self.path: Path | None = None
+        self.limit_mib = limit_mib
+        self.v = 0
+        self.error: str | None = None
+        v2 = Path("/sys/fs/cgroup/cgroup.controllers")
+        try:
+            if v2.exists():
+                base = Path("/sys/fs/cgroup") / Path(
+                    Path("/proc/self/cgroup").read_text().split("::", 1)[1].strip()
+                ).relative_to("/")
+                self.v, self.path = 2, base / name
+            elif Path("/sys/fs/cgroup/memory").is_dir():
+                self.v, self.path = 1, Path("/sys/fs/cgroup/memory") / name
+            else:
+                raise OSError("no memory cgroup hierarchy mounted")
+            self.path.mkdir()
+            if limit_mib is not None:  # a pod's memory limit: the kernel reclaims page cache, then OOM-kills
+                f = "memory.limit_in_bytes" if self.v == 1 else "memory.max"
+                (self.path / f).write_text(str(int(limit_mib * 2**20)))
+        except (OSError, ValueError, IndexError) as e:
+            self.error, self.path = f"cannot make a memory cgroup: {e}", None
+
+    def enter(self) -> None:  # preexec_fn: the child moves itself in before exec
+        if self.path is not None:
+            (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def _read(self, f: str) -> str:
+        assert self.path is not None
+        return (self.path / f).read_text()
+
+    def reset_peak(self) -> bool:
+        try:
+            (self.path / ("memory.max_usage_in_bytes" if self.v == 1 else "memory.peak")).write_text("0")  # type: ignore[operator]
+            return True
+        except (OSError, TypeError):
+            return False
+
+    def read(self) -> dict[str, Any]:
+        if self.path is None:
+            return {"error": self.error}
+        mib = lambda b: round(int(b) / 2**20, 1)  # noqa: E731
+        stat = dict((ln.split()[0], int(ln.split()[1])) for ln in self._read("memory.stat").splitlines())
+        pre = "total_" if self.v == 1 else ""
+        usage = int(self._read("memory.usage_in_bytes" if self.v == 1 else "memory.current"))
+        try:
+            peak: float | None = mib(
+                self._read("memory.max_usage_in_bytes" if self.v == 1 else "memory.peak")
+            )
+        except OSError:
+            peak = None
+        anon = stat.get(f"{pre}rss" if self.v == 1 else "anon", 0)
+        return {
+            "cgroup": f"v{self.v} {self.path}",
+            "usage_mib": mib(usage),
+            "peak_usage_mib": peak,
+            "anon_mib": mib(anon),
+            "file_mib": mib(stat.get(f"{pre}cache" if self.v == 1 else "file", 0)),
+            "inactive_file_mib": mib(stat.get(f"{pre}inactive_file", 0)),
+            "working_set_mib": mib(max(0, usage - stat.get(f"{pre}inactive_file", 0))),
+            "limit_mib": self.limit_mib,
+            "failcnt": int(self._read("memory.failcnt")) if self.v == 1 else None,
+            "oom_kill": self._oom_kills(),
+        }
+
+    def _oom_kills(self) -> int | None:
+        f = "memory.oom_control" if self.v == 1 else "memory.events"
+        try:
+            for ln in self._read(f).splitlines():
+                if ln.startswith("oom_kill "):
+                    return int(ln.split()[1])
+        except OSError:
+            return None
+        return None
+
+    def remove(self) -> None:
+        if self.path is not None:
+            for _ in range(50):
+                try:
+                    self.path.rmdir()
+                    return
+                except OSError:
+                    time.sleep(0.1)
 
 
 def _owner(path: str) -> str:
@@ -309,11 +474,27 @@ def _kmsg_readable() -> bool:
 class Proc:
     """A measured subprocess: its stderr kept with arrival times (the agent's import log and exit line)."""
 
-    def __init__(self, name: str, cmd: list[str], workdir: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        cmd: list[str],
+        workdir: Path,
+        env: dict[str, str] | None = None,
+        tree: bool = False,
+        cgroup: MemCgroup | None = None,
+    ) -> None:
         self.name, self.cmd = name, cmd
+        self.tree = tree  # its child processes too (CPU summed; memory per process and summed)
+        self.cgroup = cgroup
         self.stdout = open(workdir / f"{name}.stdout", "wb")  # noqa: SIM115 - open as long as the process
         self.p = subprocess.Popen(
-            cmd, stdout=self.stdout, stderr=subprocess.PIPE, env=env, cwd=workdir, start_new_session=True
+            cmd,
+            stdout=self.stdout,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=workdir,
+            start_new_session=True,
+            preexec_fn=cgroup.enter if cgroup is not None else None,  # noqa: PLW1509 - a write, no locks
         )
         self.t0 = time.monotonic()
         self.lines: list[tuple[float, str]] = []
@@ -328,6 +509,47 @@ class Proc:
         self.startup_hwm = 0.0
         self.hwm_reset = False
         self._prev: float | None = None
+        # smaps_rollup once a second: each process's peak RSS/PSS/anonymous, and the peak of their sums
+        self.mem_peak: dict[int, dict[str, float]] = {}
+        self.sum_peak: dict[str, float] = {}
+        self.pss_timeline: list[float] = []
+        self.cmds: dict[int, str] = {}
+        self.cg_start: dict[str, Any] = {}
+        self.cg_end: dict[str, Any] = {}
+        self.tree_end: list[dict[str, Any]] = []
+        self.startup_hwms: dict[int, float] = {}
+        self.unique_end: dict[str, float] = {}
+
+    def pids(self) -> list[int]:
+        return tree_pids(self.p.pid) if self.tree else [self.p.pid]
+
+    def cpu(self) -> float:
+        total = 0.0
+        for pid in self.pids():
+            try:
+                total += proc_cpu_s(pid)
+            except OSError:  # gone between the listing and the read
+                continue
+        return total
+
+    def sample_mem(self) -> None:
+        tot: dict[str, float] = {}
+        for pid in self.pids():
+            m = smaps_rollup(pid)
+            if not m:
+                continue
+            if pid not in self.cmds:
+                try:
+                    self.cmds[pid] = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")[:120]
+                except OSError:
+                    self.cmds[pid] = "?"
+            pk = self.mem_peak.setdefault(pid, {})
+            for k, v in m.items():
+                pk[k] = max(pk.get(k, 0.0), v)
+                tot[k] = tot.get(k, 0.0) + v
+        for k, v in tot.items():
+            self.sum_peak[k] = round(max(self.sum_peak.get(k, 0.0), v), 1)
+        self.pss_timeline.append(round(tot.get("pss", 0.0), 1))
 
     def _read(self) -> None:
         assert self.p.stderr is not None
@@ -340,7 +562,8 @@ class Proc:
     def sample(self) -> None:
         if not self.alive():
             return
-        c = proc_cpu_s(self.p.pid)
+        c = self.cpu()
+        self.sample_mem()
         self.rss.append(round(proc_status(self.p.pid).get("VmRSS", 0.0), 1))
         if self._prev is not None:
             self.timeline.append(round(c - self._prev, 2))
@@ -349,14 +572,23 @@ class Proc:
     def mark(self, which: str) -> None:
         if not self.alive():  # exited early: result() says so
             return
-        snap = (time.monotonic(), proc_cpu_s(self.p.pid))
+        snap = (time.monotonic(), self.cpu())
+        if self.cgroup is not None:
+            if which == "start":
+                self.cg_start = self.cgroup.read()
+                self.cg_start["peak_reset"] = self.cgroup.reset_peak()
+            else:
+                self.cg_end = self.cgroup.read()
         if which == "start":
             self.s0 = snap
             # the peak so far (start-up), then reset the high-water mark so that the end reads the window's
             self.startup_hwm = proc_status(self.p.pid).get("VmHWM", 0.0)
+            for pid in self.pids():
+                self.startup_hwms[pid] = proc_status(pid).get("VmHWM", 0.0)
             try:
-                with open(f"/proc/{self.p.pid}/clear_refs", "w") as f:
-                    f.write("5")
+                for pid in self.pids():
+                    with open(f"/proc/{pid}/clear_refs", "w") as f:
+                        f.write("5")
                 self.hwm_reset = True
             except OSError:
                 self.hwm_reset = False
@@ -364,6 +596,20 @@ class Proc:
             self.s1 = snap
             self.status1 = proc_status(self.p.pid)
             self.maps = proc_maps(self.p.pid)
+            self.unique_end = node_unique(self.pids())
+            for pid in self.pids():
+                st = proc_status(pid) if os.path.exists(f"/proc/{pid}") else {}
+                self.tree_end.append(
+                    {
+                        "pid": pid,
+                        "cmd": self.cmds.get(pid, ""),
+                        "vmhwm_mib": round(max(st.get("VmHWM", 0.0), self.startup_hwms.get(pid, 0.0)), 1),
+                        "startup_vmhwm_mib": round(self.startup_hwms.get(pid, 0.0), 1),
+                        "window_vmhwm_mib": round(st.get("VmHWM", 0.0), 1),
+                        "end": smaps_rollup(pid),
+                        "sampled_peak": self.mem_peak.get(pid, {}),
+                    }
+                )
 
     def stop(self, timeout: float = 30.0) -> dict[str, Any]:
         t = time.monotonic()
@@ -398,6 +644,18 @@ class Proc:
             "window_peak_rss_mib": round(self.status1.get("VmHWM", 0.0), 1) if self.hwm_reset else None,
             "rss_end_mib": round(self.status1.get("VmRSS", 0.0), 1),
             "threads": int(self.status1.get("Threads", 0)),
+            "smaps_rollup": {
+                "processes": self.tree_end,
+                "sum_end": {
+                    k: round(sum(p["end"].get(k, 0.0) for p in self.tree_end), 1)
+                    for k in ("rss", "pss", "anonymous", "file")
+                },
+                "sum_sampled_peak": self.sum_peak,
+                "sum_vmhwm_mib": round(sum(p["vmhwm_mib"] for p in self.tree_end), 1),
+                "node_unique_end": self.unique_end,
+            },
+            "cgroup": {"window_start": self.cg_start, "end": self.cg_end} if self.cgroup else None,
+            "pss_timeline_mib": self.pss_timeline,
             **self.maps,
         }
 
@@ -530,6 +788,12 @@ def main() -> None:  # noqa: C901, PLR0915 - one linear script
     ap.add_argument("--fleettool", default=None, help="command that runs fleettool (default: next to python)")
     ap.add_argument("--agent-arg", action="append", default=[], help="extra agent argument (repeatable)")
     ap.add_argument(
+        "--agent-env",
+        action="append",
+        default=[],
+        help="NAME=VALUE in the agent's environment only (repeatable)",
+    )
+    ap.add_argument(
         "--no-import-log", action="store_true", help="run the agent without PYTHONPROFILEIMPORTTIME"
     )
     ap.add_argument(
@@ -537,6 +801,20 @@ def main() -> None:  # noqa: C901, PLR0915 - one linear script
         action="store_true",
         help="run the agent under cProfile (its main thread: flushes, rules); the CPU figures of "
         "such a run include the profiler's overhead",
+    )
+    ap.add_argument(
+        "--children",
+        action="store_true",
+        help="measure the agent's child processes too (a writer process: CPU summed, memory per process)",
+    )
+    ap.add_argument(
+        "--cgroup",
+        action="store_true",
+        help="run the agent in a memory cgroup of its own (its usage, peak, working set), the store copy's "
+        "pages dropped from the page cache first so that its reads are charged to it",
+    )
+    ap.add_argument(
+        "--cgroup-limit", type=float, default=None, help="with --cgroup: its memory limit in MiB (a pod's)"
     )
     ap.add_argument("--prepare-only", action="store_true", help="make (or find) the cached store and stop")
     ap.add_argument("--workdir", type=Path, default=None)
@@ -670,6 +948,13 @@ def main() -> None:  # noqa: C901, PLR0915 - one linear script
             return
         db = work / "agent.duckdb"
         shutil.copyfile(cstore, db)
+        if a.cgroup:  # cold: the agent's reads of the store are charged to its cgroup, as in a pod
+            fd = os.open(db, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
         out["store"]["gap_s"] = round(time.time() - float(cinfo["generated"]["end"]), 1)
         out["store"]["before"] = store_counts(db)
 
@@ -678,6 +963,9 @@ def main() -> None:  # noqa: C901, PLR0915 - one linear script
         env = dict(os.environ)
         if not a.no_import_log:
             env["PYTHONPROFILEIMPORTTIME"] = "1"
+        for kv in a.agent_env:
+            k, _, v = kv.partition("=")
+            env[k] = v
         plan = work / "bare-plan.json"
         plan.write_text(json.dumps(bare_plan(a.source, snap)))
         bare_cmd = [sys.executable, str(BENCH / "nvml_bare.py"), "--plan", str(plan)] + (
@@ -695,7 +983,12 @@ def main() -> None:  # noqa: C901, PLR0915 - one linear script
                 "fleettool",
                 *cmd[len(ft) :],
             ]
-        agent = Proc("agent", cmd, work, env)
+        cg = MemCgroup(f"agent-bench-{os.getpid()}", a.cgroup_limit) if a.cgroup else None
+        if cg is not None and cg.error:
+            log(cg.error)
+            out["cgroup_error"] = cg.error
+            cg = None
+        agent = Proc("agent", cmd, work, env, tree=a.children, cgroup=cg)
         out["agent_cmd"] = agent.cmd
         procs.append(agent)
         bare: Proc | None = None
@@ -807,6 +1100,9 @@ def main() -> None:  # noqa: C901, PLR0915 - one linear script
         except subprocess.TimeoutExpired:
             stub.kill()
         kmsg.close()
+        for p in procs:
+            if p.cgroup is not None:
+                p.cgroup.remove()
         if "dcgm_exporter" in out and (work / "dcgm.stats").exists():
             out["dcgm_exporter"]["served"] = json.loads((work / "dcgm.stats").read_text())["hits"]
         out["workdir"] = str(work)
