@@ -69,7 +69,8 @@ class RuleScheduler:
     rules: list[Rule]
     last: dict[str, float] = field(default_factory=dict)
     evaluations: int = 0
-    # skip the threshold, counter, peer and sql rules found to have nothing to find (engine/prefilter)
+    # skip the threshold, counter, peer and sql rules found to have nothing to find, and the event, port and
+    # trend rules with no row of their inputs in their window (engine/prefilter)
     prefilter: bool = True
     skipped: int = 0
     # each rule's findings at its last evaluation: an incident folds them all, due now or not
@@ -123,7 +124,11 @@ class RuleScheduler:
         if not due:
             return 0
         windows = [(r, self.start(r, now), now) for r in due]
-        skip = prefilter.quiet(store, windows) if self.prefilter else set()
+        skip: set[str] = set()
+        if self.prefilter:
+            # a rule with a finding from its last evaluation is judged in full: a skip never ends or drops one
+            held = {a for a, fs in self.findings.items() if fs}
+            skip = prefilter.quiet(store, windows) | prefilter.idle(store, windows, keep=held)
         self.skipped += len(skip)
         judged_before = dict(self.seen)
         horizons = Horizons(store, now)

@@ -22,14 +22,22 @@ must hold somewhere for the kind's evaluation to find anything (so a skip never 
   lowest < highest x (1 - f), and `above_fraction` f only where highest > lowest x (1 + f) (or lowest <= 0);
   with `when_metric`, only where some point of it reached `when_min`. A relative slack of 1e-9 covers the
   rounding of the averages.
+
+The event, port and trend kinds find nothing without a row of their inputs where their evaluation reads
+(`idle`, one query, agent only): an event rule the events of its kinds (codes, `what`) timed in its window or
+untimed, and for a rule that holds a GPU-gone or reset line (kinds/_held.py) any such line before its window
+too; port_episodes its metric from `history_s` before its window; port_peer, port_count and trend their metric
+in the window. A rule with a finding still open is never asked (the scheduler passes them in `keep`).
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
+from fleettool.engine.kinds._held import older_sql
 from fleettool.engine.kinds._sql import cmp, read, rollup_column, ts_param
+from fleettool.engine.kinds.port_episodes import history_s
 from fleettool.engine.rules import Rule
 from fleettool.store import Store
 
@@ -245,3 +253,54 @@ def without_inputs(store: Store, rules: Sequence[Rule]) -> set[str]:
     }
     present |= {("events", str(x["v"])) for x in read(store, "SELECT DISTINCT kind AS v FROM events", {})}
     return {a for a, n in need.items() if n is not None and not (n & present)}
+
+
+# the kinds `idle` asks: their evaluation finds nothing when their inputs have no row where it reads (above)
+INPUT_KINDS = frozenset({"event", "port_episodes", "port_peer", "port_count", "trend"})
+
+
+def _event_rows(r: Rule, i: int) -> str:
+    """SQL: whether an event rule has a line to read in rule i's window (kinds/event.py's WHERE), or, when it
+    holds lines (kinds/_held.py), a held line before it."""
+    kinds = [str(k) for k in (r.p("events") or ["xid"])]
+    codes = [int(c) for c in r.p("codes") or []] or None
+    where = f"kind IN ({', '.join(map(_lit, kinds))})"
+    if codes:
+        where += f" AND code IN ({', '.join(map(str, codes))})"
+    if r.p("what", None):
+        where += f" AND json_extract_string(detail, '$.what') IN ({', '.join(map(_lit, r.p('what')))})"
+    timed = f"(ts IS NULL OR ts BETWEEN $s{i} AND $e{i})"
+    older = older_sql(kinds, codes)
+    if older is not None:
+        timed = f"({timed} OR ({older.replace('$start', f'$s{i}')}))"
+    return f"EXISTS (SELECT 1 FROM events WHERE {where} AND {timed})"
+
+
+def _metric_rows(m: str, i: int) -> str:
+    """SQL: whether the metric has a point (raw or rolled up) in rule i's window."""
+    return (
+        f"EXISTS (SELECT 1 FROM samples WHERE metric = {_lit(m)} AND ts BETWEEN $s{i} AND $e{i}) OR EXISTS "
+        f"(SELECT 1 FROM samples_1m WHERE metric = {_lit(m)} AND minute BETWEEN $s{i} AND $e{i})"
+    )
+
+
+def idle(store: Store, windows: Sequence[tuple[Rule, float, float]], keep: Collection[str] = ()) -> set[str]:
+    """The alert names of the due event, port and trend rules with no row of their inputs where their
+    evaluation reads (above): one query. The rules named in `keep` (a finding open) are never skipped."""
+    rules: list[tuple[Rule, float, float]] = []
+    for r, a, b in windows:
+        if (
+            r.kind not in INPUT_KINDS
+            or r.alert in keep
+            or (r.kind != "event" and r.p("metric", None) is None)
+        ):
+            continue
+        rules.append((r, a - history_s(r) if r.kind == "port_episodes" else a, b))
+    if not rules:
+        return set()
+    branch = [
+        f"SELECT {i} AS i, "
+        f"({_event_rows(r, i) if r.kind == 'event' else _metric_rows(str(r.p('metric')), i)}) AS m"
+        for i, (r, _, _) in enumerate(rules)
+    ]
+    return _ask(store, rules, branch)
