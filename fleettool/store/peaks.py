@@ -59,7 +59,7 @@ class PeakWrites(Connection):
 
     def peak_span(self, where: str, params: list[object] | None = None) -> tuple[dt.datetime | None, ...]:
         """The first and last time of the peak metrics' raw samples matching `where` (rows just written)."""
-        row = self.con.execute(
+        rows = self.con.execute(
             f"SELECT min(ts), max(ts) FROM samples WHERE metric IN ({_NAMES}) AND ({where})", params or []
-        ).fetchone()
-        return (None, None) if row is None else (row[0], row[1])
+        ).fetchall()  # the whole result: one left unfinished blocks the connection's next call (DuckDB 2)
+        return (None, None) if not rows else (rows[0][0], rows[0][1])

@@ -94,10 +94,11 @@ class TelemetryWrites(PeakWrites):
                 "INSERT INTO samples SELECT ts, node, gpu, uuid, metric, sub, value FROM _incoming_samples"
             )
             names = list(PEAK_METRICS)
+            # fetchall, not fetchone: a result left unfinished blocks unregister() (DuckDB 2: ResourceInUse)
             span = self.con.execute(
                 "SELECT min(ts), max(ts) FROM _incoming_samples WHERE metric IN (SELECT unnest(?))", [names]
-            ).fetchone()
-            self.refresh_peaks(*(span or (None, None)))
+            ).fetchall()
+            self.refresh_peaks(*(span[0] if span else (None, None)))
         finally:
             self.con.unregister("_incoming_samples")
         return int(table.num_rows)
