@@ -8,6 +8,7 @@ import base64
 import json
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from fleettool.remediate import loop
+from fleettool.remediate import plan as plans
 from fleettool.remediate.bmc import (
     BmcError,
     ResetInfo,
@@ -23,9 +26,13 @@ from fleettool.remediate.bmc import (
     redfish_power_cycle_steps,
     redfish_reset_info,
 )
-from fleettool.remediate.model import Via
+from fleettool.remediate.ladder import Choice
+from fleettool.remediate.model import Rung, Via
 from fleettool.remediate.runner import NodeRunner
+from fleettool.store import Store
+from fleettool.store.remediations import Remediation, new_remediation, remediation_log
 from tests import standin
+from tests.conftest import run_cli
 
 REDFISH = Path(__file__).resolve().parent.parent / "fixtures" / "remediate" / "redfish"
 USER, PASSWORD = "fleetops", "s3cret-not-on-argv"
@@ -70,6 +77,7 @@ ACTION_INFO = {
 class FakeBmc(BaseHTTPRequestHandler):
     systems: dict[str, dict[str, Any]] = {}
     posts: list[tuple[str, str, str]] = []  # (system id, ResetType, user)
+    requests: list[tuple[str, str]] = []  # every request: (method, path)
 
     def log_message(self, *a: object) -> None:
         pass
@@ -97,6 +105,7 @@ class FakeBmc(BaseHTTPRequestHandler):
                                     "@Message.ExtendedInfo": [{"MessageId": msg_id, "Message": message}]}})  # fmt: skip
 
     def do_GET(self) -> None:
+        self.requests.append(("GET", self.path))
         if self._user() is None:
             return self._error(401, "Base.1.8.NoValidSession", "There is no valid session")
         path = self.path.rstrip("/")
@@ -108,6 +117,7 @@ class FakeBmc(BaseHTTPRequestHandler):
         self._error(404, "Base.1.8.ResourceMissingAtURI", f"{self.path} not found")
 
     def do_POST(self) -> None:
+        self.requests.append(("POST", self.path))
         user = self._user()
         if user is None:
             return self._error(401, "Base.1.8.NoValidSession", "There is no valid session")
@@ -136,6 +146,7 @@ class FakeBmc(BaseHTTPRequestHandler):
 def bmc() -> Iterator[str]:
     FakeBmc.systems = _systems()
     FakeBmc.posts = []
+    FakeBmc.requests = []
     srv = ThreadingHTTPServer(("127.0.0.1", 0), FakeBmc)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
@@ -263,3 +274,103 @@ def test_bad_arguments_are_refused_before_anything_runs(
     step = power_cycle_step("gpu-17", "bmc-17", method="redfish")
     assert step.argv[-1] == "https://bmc-17/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"
     assert str(tmp_path / "absent.netrc") in step.argv
+
+
+# ---- the power-cycle rung of the loop with --bmc-method redfish: the BMC's reset types read when the rung runs ----
+
+
+def _rung_options(bmc: str, netrc: str) -> loop.LoopOptions:
+    popts = plans.Options(bmc=bmc, bmc_method="redfish", bmc_netrc=netrc, bmc_settle_s=0.2)
+    return loop.LoopOptions(who="alice", boot_timeout_s=5.0, plan=popts)
+
+
+def _node_reboots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ssh stand-in for the node: its boot id before the power cycle, then a new one (it came back)."""
+    bin_dir = tmp_path / "bin"
+    boot = {"tool": "cat", "match": "boot_id", "replies": [{"stdout": "boot-a\n"}, {"stdout": "boot-b\n"}]}
+    standin.install(bin_dir, {"rules": [boot]}, tools=("ssh",))
+    for k, v in standin.env(bin_dir).items():
+        monkeypatch.setenv(k, v)
+
+
+def _run_power_cycle_rung(tmp_path: Path, bmc: str, netrc: str) -> tuple[bool, str, list[dict[str, Any]]]:
+    """The rung as the loop runs it (Episode.run_rung) on a node whose system resource is the BMC's "1"."""
+    opts = _rung_options(bmc, netrc)
+    runner = NodeRunner("gpu-17", Via.SSH)
+    p = plans.build("gpu-17", None, Rung.POWER_CYCLE, Via.SSH, "GPU lost", runner, opts=opts.plan)
+    assert FakeBmc.requests == []  # the plan asked the BMC nothing
+    choice = Choice(Rung.POWER_CYCLE, None, "GPU lost", (), None, True, None, None, None)
+    with Store(tmp_path / "f.duckdb") as store:
+        ep = loop.Episode(store, runner, choice, opts, time.time, time.sleep)
+        ep.rid = new_remediation(
+            store, Remediation("gpu-17", None, "power-cycle", "ssh", "alice", "GPU lost", time.time())
+        )
+        ok, why = ep.run_rung(p)
+        return ok, why, [r for r in remediation_log(store, ep.rid) if r["kind"] == "step"]
+
+
+def test_the_rung_reads_the_bmc_and_sends_forceoff_then_on_where_powercycle_is_not_allowed(
+    tmp_path: Path, bmc: str, netrc: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    FakeBmc.systems = {"1": _systems()["1"]}  # HPE iLO: On, ForceOff, ..., no PowerCycle
+    _node_reboots(tmp_path, monkeypatch)
+    ok, why, steps = _run_power_cycle_rung(tmp_path, bmc, netrc)
+    assert (ok, why) == (True, "")
+    assert FakeBmc.posts == [("1", "ForceOff", USER), ("1", "On", USER)]
+    assert FakeBmc.requests[0] == ("GET", "/redfish/v1/Systems/1")
+    names = [r["name"] for r in steps]
+    assert names[0] == "read the BMC's reset types" and "ForceOff, GracefulShutdown" in steps[0]["detail"]
+    assert names[1].startswith("ForceOff gpu-17") and names[2].startswith("wait 0.2 s")
+    assert names[3].startswith("On gpu-17") and names[4] == "node back (boot_id changed)"
+    assert all(r["ok"] is True for r in steps)
+    assert all(r["figures"]["argv"][0] == "curl" for r in (steps[1], steps[3]))
+
+
+def test_the_rung_sends_powercycle_only_where_the_bmc_allows_it(
+    tmp_path: Path, bmc: str, netrc: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    FakeBmc.systems = {"1": _systems()["FCH2017V1J7"]}  # Cisco CIMC: PowerCycle listed
+    _node_reboots(tmp_path, monkeypatch)
+    ok, why, steps = _run_power_cycle_rung(tmp_path, bmc, netrc)
+    assert (ok, why) == (True, "")
+    assert FakeBmc.posts == [("1", "PowerCycle", USER)]
+    assert [r["name"].split()[0] for r in steps] == ["read", "PowerCycle", "node"]
+
+
+def test_a_bmc_allowing_no_power_cycle_fails_the_rung_naming_its_values_and_climbs_to_rma(
+    tmp_path: Path, bmc: str, netrc: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    FakeBmc.systems = {"1": _systems()["restart"]}  # GracefulRestart, ForceRestart: both keep the power on
+    _node_reboots(tmp_path, monkeypatch)
+    opts = _rung_options(bmc, netrc)
+    runner = NodeRunner("gpu-17", Via.SSH)
+    first = plans.build("gpu-17", None, Rung.POWER_CYCLE, Via.SSH, "GPU lost", runner, opts=opts.plan)
+    choice = Choice(Rung.POWER_CYCLE, None, "GPU lost", (), None, True, None, None, None)
+    with Store(tmp_path / "f.duckdb") as store:
+        out = loop.run(store, first, choice, runner, opts)
+        log = remediation_log(store, out.remediation_id)
+    assert out.state == "failed" and out.rungs == ["power-cycle", "rma"]
+    assert FakeBmc.posts == [] and [m for m, _ in FakeBmc.requests] == ["GET"]
+    (read,) = [r for r in log if r["name"] == "read the BMC's reset types"]
+    assert read["ok"] is False and "\n" not in read["detail"]
+    assert f"BMC {bmc} allows no power cycle for gpu-17" in read["detail"]
+    assert "GracefulRestart, ForceRestart" in read["detail"]
+    (failed,) = [r for r in log if r["name"] == "power-cycle not proven"]
+    assert failed["detail"] == read["detail"]
+
+
+def test_the_printed_plan_and_dry_run_ask_the_bmc_nothing(tmp_path: Path, bmc: str, netrc: str) -> None:
+    db = tmp_path / "f.duckdb"
+    with Store(db):
+        pass
+    args = ("remediate", "gpu-17", "--db", str(db), "--via", "ssh", "--from", "power-cycle")
+    bmc_args = ("--bmc", bmc, "--bmc-method", "redfish")
+    env = {"FLEETTOOL_BMC_NETRC": netrc}
+    for extra in ((), ("--dry-run",), ("--dry-run", "--yes"), ("--json",)):
+        p = run_cli(*args, *bmc_args, *extra, env=env)
+        assert p.returncode == 0, p.stderr
+        assert (
+            "ForceOff + On where the BMC does not allow PowerCycle (read from the BMC when the rung runs)"
+            in (p.stdout)
+        )
+    assert FakeBmc.requests == []

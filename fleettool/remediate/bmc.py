@@ -30,6 +30,8 @@ from fleettool.remediate.runner import NodeRunner
 
 METHODS = ("ipmi", "redfish")
 POWER_CYCLE = "PowerCycle"
+# the plan's Redfish step: what runs is read from the BMC when the rung runs (redfish_reset_info), never at plan time
+REDFISH_PLANNED = "PowerCycle, or ForceOff + On where the BMC does not allow PowerCycle (read from the BMC when the rung runs)"
 CURL_MAX_S = 60
 _BMC = re.compile(r"(?:https?://)?(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 _ID = re.compile(r"[A-Za-z0-9._-]+")

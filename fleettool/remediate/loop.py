@@ -180,12 +180,24 @@ class Episode:
                 continue  # the reset's node steps run below, as one
             if s.argv in self.ran and s.undo is not None:
                 continue  # already taken out by a lower rung
-            r = self.run_step(rung, s)
-            if r.rc not in s.ok_rc:
-                return False, f"{s.name} failed (exit {r.rc}): {' '.join(r.excerpt().split())[:300]}"
-            self.ran.add(s.argv)
-            if s.undo is not None:
-                self.undo.append((s, s.undo))
+            todo: tuple[Step, ...] = (s,)
+            if rung is Rung.POWER_CYCLE and s.name in action_names:  # Redfish: what the BMC allows, read now
+                from fleettool.remediate.bmc import BmcError
+
+                try:
+                    todo, read = plans.bmc_steps(s, p.node, self.runner, self.opts.plan)
+                except BmcError as e:
+                    self.log("step", "read the BMC's reset types", rung, False, str(e))
+                    return False, str(e)
+                if read:
+                    self.log("step", "read the BMC's reset types", rung, True, read)
+            for t in todo:
+                r = self.run_step(rung, t)
+                if r.rc not in t.ok_rc:
+                    return False, f"{t.name} failed (exit {r.rc}): {' '.join(r.excerpt().split())[:300]}"
+                self.ran.add(t.argv)
+                if t.undo is not None:
+                    self.undo.append((t, t.undo))
         if rung is Rung.RESET:
             assert gpu is not None
             out = reset.run_reset(

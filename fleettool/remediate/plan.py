@@ -28,6 +28,8 @@ class Options:
     bmc: str | None = None
     bmc_method: str = "ipmi"
     bmc_user: str | None = None
+    bmc_netrc: str | None = None  # Redfish: curl's netrc (None: $FLEETTOOL_BMC_NETRC, else ~/.netrc)
+    bmc_settle_s: float = 15.0  # Redfish without PowerCycle: the wait between ForceOff and On
     k8s_image: str = K8S_REBOOT_IMAGE
     dra: bool | None = None  # None: ask the cluster (k8s.has_dra) when the plan is built
 
@@ -92,10 +94,35 @@ def action_steps(
     if rung is Rung.POWER_CYCLE:
         if not opts.bmc:
             return ()
-        from fleettool.remediate.bmc import power_cycle_step
+        from fleettool.remediate.bmc import REDFISH_PLANNED, power_cycle_step
 
-        return (power_cycle_step(node, opts.bmc, method=opts.bmc_method, user=opts.bmc_user),)
+        step = power_cycle_step(
+            node, opts.bmc, method=opts.bmc_method, user=opts.bmc_user, netrc=opts.bmc_netrc
+        )
+        if opts.bmc_method == "redfish":  # nothing asked of the BMC here: the printed plan runs nothing
+            step = replace(
+                step, name=f"{REDFISH_PLANNED}: {node} (Redfish ComputerSystem.Reset, BMC {opts.bmc})"
+            )
+        return (step,)
     return ()
+
+
+def bmc_steps(step: Step, node: str, runner: NodeRunner, opts: Options) -> tuple[tuple[Step, ...], str]:
+    """The power-cycle rung's BMC step as run, and what was read for it (the audit trail's line). ipmitool: the
+    planned step. Redfish: the system's Reset action read from the BMC now (a GET: its target and allowed
+    ResetTypes), then PowerCycle, or ForceOff, a settle, On (bmc.redfish_power_cycle_steps). BmcError: the GET
+    failed, or the BMC allows no power cycle (one line naming the BMC and the values it allows)."""
+    if opts.bmc_method != "redfish" or not opts.bmc:
+        return (step,), ""
+    from fleettool.remediate import bmc
+
+    info = bmc.redfish_reset_info(runner, opts.bmc, netrc=opts.bmc_netrc)
+    read = f"BMC {opts.bmc}: Reset target {info.target}; ResetType@Redfish.AllowableValues " + (
+        ", ".join(info.allowable) if info.allowable is not None else "not listed"
+    )
+    return bmc.redfish_power_cycle_steps(
+        node, opts.bmc, info, netrc=opts.bmc_netrc, settle_s=opts.bmc_settle_s
+    ), read
 
 
 def can_run(rung: Rung, via: Via, opts: Options) -> str | None:
