@@ -19,6 +19,7 @@ from tests.conftest import run_cli
 from tests.test_remediate_cli import FAST, NODE, SEQ, _alert, _store
 
 OUT = SEQ / "outputs"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _plan(tmp_path: Path, *args: str, seq: str = "nothing-runs") -> tuple[object, Path]:
@@ -33,9 +34,8 @@ def test_the_recovery_action_words_of_a_real_dump() -> None:
     assert parse_recovery_action((OUT / "nvidia-smi-q-recovery-gpu-reset.txt").read_text()) == 1
     assert parse_recovery_action((OUT / "nvidia-smi-q-recovery-node-reboot.txt").read_text()) == 2
     # a 535 driver prints no recovery action at all
-    h100 = Path("/work/shared/samples/nvidia-smi/nvidia-smi-q-h100x8-535.161.08.txt")
-    if h100.exists():
-        assert parse_recovery_action(h100.read_text()) is None
+    h100 = ROOT / "fixtures" / "samples" / "nvidia-smi" / "nvidia-smi-q-h100x8-535.161.08.txt"
+    assert parse_recovery_action(h100.read_text()) is None
 
 
 def test_a_node_reboot_recovery_action_beats_an_alert_asking_for_a_reset(tmp_path: Path) -> None:
